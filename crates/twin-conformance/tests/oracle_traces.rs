@@ -1,0 +1,54 @@
+//! Every committed oracle scenario must reproduce vLLM 0.34.0's trace exactly (strict
+//! rules of `compare_traces.py`: block ids, queue order, prefix-cache counters included).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use twin_conformance::{compare::compare_traces, parse_scenario, run_scenario};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/oracle")
+}
+
+fn check_set(set: &str) -> (usize, Vec<String>) {
+    let dir = fixtures().join(set);
+    let mut names: Vec<PathBuf> = fs::read_dir(dir.join("scenarios"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    names.sort();
+    let mut failures = Vec::new();
+    for path in &names {
+        let text = fs::read_to_string(path).expect("scenario readable");
+        let scn = parse_scenario(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut trace = Vec::new();
+        run_scenario(&scn, &mut trace).expect("in-memory write");
+        let oracle_path = dir.join("traces").join(format!("{}.jsonl", scn.name));
+        let oracle = fs::read_to_string(&oracle_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", oracle_path.display()));
+        let candidate = String::from_utf8(trace).expect("utf8 trace");
+        match compare_traces(&oracle, &candidate).expect("both traces parse") {
+            None => {}
+            Some(d) => failures.push(format!("{}: {d}", scn.name)),
+        }
+    }
+    (names.len(), failures)
+}
+
+#[test]
+fn public_oracle_scenarios_are_step_identical() {
+    let (n, failures) = check_set("");
+    assert_eq!(n, 52, "expected the 52 public scenarios");
+    assert!(failures.is_empty(), "{} of {n} differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn the_comparer_notices_a_changed_block_id() {
+    let dir = fixtures();
+    let oracle = fs::read_to_string(dir.join("traces/03_kv_preemption.jsonl")).expect("fixture");
+    let tampered = oracle.replacen("\"blocks\":[1,", "\"blocks\":[999,", 1);
+    assert_ne!(oracle, tampered, "fixture has a block list to tamper with");
+    let d = compare_traces(&oracle, &tampered).expect("parse").expect("must differ");
+    assert!(d.field.contains("blocks"), "{d}");
+}

@@ -1,0 +1,237 @@
+//! Scheduler and cache configuration, with vLLM 0.34's validation rules.
+
+use std::fmt;
+
+/// How the waiting queue is ordered. vLLM: `SchedulingPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedulingPolicy {
+    /// First come, first served: a deque, preempted requests go to the front.
+    Fcfs,
+    /// Lower `priority` value first, then earlier arrival.
+    Priority,
+}
+
+impl SchedulingPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedulingPolicy::Fcfs => "fcfs",
+            SchedulingPolicy::Priority => "priority",
+        }
+    }
+}
+
+/// Everything the scheduler and the KV cache manager read from vLLM's
+/// `SchedulerConfig`, `CacheConfig` and `SpeculativeConfig`, already resolved
+/// (no `None` defaults left). Field names follow vLLM's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Tokens per KV block (`--block-size`).
+    pub block_size: usize,
+    /// Blocks in the pool, including vLLM's null block 0 (usable = N - 1).
+    pub num_gpu_blocks: usize,
+    /// Token budget per step (`--max-num-batched-tokens`).
+    pub max_num_batched_tokens: usize,
+    /// Scheduled-token cap; equals `max_num_batched_tokens` unless a drafter needs slots.
+    /// vLLM: `VllmConfig._set_max_num_scheduled_tokens`.
+    pub max_num_scheduled_tokens: usize,
+    /// RUNNING cap (model-runner slots, `--max-num-seqs`).
+    pub max_num_seqs: usize,
+    /// Admission cap into RUNNING (`--max-num-active-seqs`); `None` = `max_num_seqs`.
+    pub max_num_active_seqs: Option<usize>,
+    pub long_prefill_token_threshold: usize,
+    pub long_prefill_token_threshold_adaptive: bool,
+    pub enable_prefix_caching: bool,
+    pub enable_chunked_prefill: bool,
+    pub max_model_len: usize,
+    pub policy: SchedulingPolicy,
+    /// Fraction of `num_gpu_blocks` kept free at admission (`--watermark`).
+    pub watermark: f64,
+    /// Admission requires the whole current sequence to fit (default true).
+    pub scheduler_reserve_full_isl: bool,
+    /// Prefill only every N executed steps while decodes run.
+    pub prefill_schedule_interval: usize,
+    pub cache_aware_admission_window: usize,
+    pub cache_aware_admission_threshold: f64,
+    /// K draft tokens per decode step (0 = no speculative decoding).
+    pub num_speculative_tokens: usize,
+    /// Extra KV slots a drafter writes (EAGLE / draft model = K; ngram = 0).
+    pub num_lookahead_tokens: usize,
+    /// Extra input slots per request for drafting (`max_num_new_slots_for_drafting`).
+    pub draft_slots: usize,
+    /// `AsyncScheduler` with output placeholders and a 2-deep batch queue.
+    pub async_scheduling: bool,
+    /// Pipeline-parallel stages: sets the batch-queue depth (`pp_size + async`).
+    pub pipeline_parallel_size: usize,
+}
+
+impl Default for SchedulerConfig {
+    /// The oracle harness's defaults (`vllm_sched_oracle.py ENGINE_DEFAULTS`).
+    fn default() -> Self {
+        SchedulerConfig {
+            block_size: 16,
+            num_gpu_blocks: 1024,
+            max_num_batched_tokens: 2048,
+            max_num_scheduled_tokens: 2048,
+            max_num_seqs: 128,
+            max_num_active_seqs: None,
+            long_prefill_token_threshold: 0,
+            long_prefill_token_threshold_adaptive: false,
+            enable_prefix_caching: true,
+            enable_chunked_prefill: true,
+            max_model_len: 4096,
+            policy: SchedulingPolicy::Fcfs,
+            watermark: 0.0,
+            scheduler_reserve_full_isl: true,
+            prefill_schedule_interval: 1,
+            cache_aware_admission_window: 0,
+            cache_aware_admission_threshold: 0.5,
+            num_speculative_tokens: 0,
+            num_lookahead_tokens: 0,
+            draft_slots: 0,
+            async_scheduling: false,
+            pipeline_parallel_size: 1,
+        }
+    }
+}
+
+/// A configuration vLLM would refuse, with vLLM's reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigError {
+    /// The offending field, in vLLM's spelling.
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(field: &'static str, message: String) -> Result<(), ConfigError> {
+    Err(ConfigError { field, message })
+}
+
+impl SchedulerConfig {
+    /// The admission cap actually used. vLLM: `Scheduler.__init__` (`max_num_active_reqs`).
+    pub fn max_num_active_reqs(&self) -> usize {
+        self.max_num_active_seqs.unwrap_or(self.max_num_seqs)
+    }
+
+    /// `int(watermark * num_blocks)`. vLLM: `KVCacheManager.__init__`.
+    pub fn watermark_blocks(&self) -> usize {
+        (self.watermark * self.num_gpu_blocks as f64) as usize
+    }
+
+    /// Batches in flight at once. vLLM: `VllmConfig.max_concurrent_batches`.
+    pub fn max_concurrent_batches(&self) -> usize {
+        self.pipeline_parallel_size + usize::from(self.async_scheduling)
+    }
+
+    /// The checks vLLM's `SchedulerConfig` / `CacheConfig` and EngineCore start-up make.
+    /// vLLM: `SchedulerConfig.verify_max_model_len`, `__post_init__`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.block_size == 0 {
+            return err("block_size", "must be >= 1".into());
+        }
+        if self.num_gpu_blocks < 2 {
+            return err(
+                "num_gpu_blocks",
+                format!(
+                    "{} blocks leave no usable block after the null block",
+                    self.num_gpu_blocks
+                ),
+            );
+        }
+        if self.max_model_len == 0 {
+            return err("max_model_len", "must be >= 1".into());
+        }
+        if self.max_num_seqs == 0 {
+            return err("max_num_seqs", "must be >= 1".into());
+        }
+        if self.max_num_batched_tokens < self.max_num_seqs {
+            return err(
+                "max_num_batched_tokens",
+                format!(
+                    "max_num_batched_tokens ({}) must be greater than or equal to max_num_seqs ({}).",
+                    self.max_num_batched_tokens, self.max_num_seqs
+                ),
+            );
+        }
+        if !self.enable_chunked_prefill && self.max_num_batched_tokens < self.max_model_len {
+            return err(
+                "max_num_batched_tokens",
+                format!(
+                    "max_num_batched_tokens ({}) is smaller than max_model_len ({}). This effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.",
+                    self.max_num_batched_tokens, self.max_model_len
+                ),
+            );
+        }
+        if let Some(active) = self.max_num_active_seqs {
+            if active > self.max_num_seqs {
+                return err(
+                    "max_num_active_seqs",
+                    format!(
+                        "max_num_active_seqs ({active}) cannot be greater than max_num_seqs ({}).",
+                        self.max_num_seqs
+                    ),
+                );
+            }
+            if active == 0 {
+                return err("max_num_active_seqs", "must be >= 1".into());
+            }
+        }
+        if self.long_prefill_token_threshold > self.max_model_len {
+            return err(
+                "long_prefill_token_threshold",
+                format!(
+                    "long_prefill_token_threshold ({}) cannot be greater than the max_model_len ({}).",
+                    self.long_prefill_token_threshold, self.max_model_len
+                ),
+            );
+        }
+        if !(0.0..1.0).contains(&self.watermark) {
+            return err(
+                "watermark",
+                format!("watermark ({}) must be in [0, 1).", self.watermark),
+            );
+        }
+        if self.prefill_schedule_interval == 0 {
+            return err("prefill_schedule_interval", "must be >= 1".into());
+        }
+        if self.max_num_scheduled_tokens == 0
+            || self.max_num_scheduled_tokens > self.max_num_batched_tokens
+        {
+            return err(
+                "max_num_scheduled_tokens",
+                format!(
+                    "max_num_scheduled_tokens ({}) must be in [1, max_num_batched_tokens ({})]",
+                    self.max_num_scheduled_tokens, self.max_num_batched_tokens
+                ),
+            );
+        }
+        if self.pipeline_parallel_size == 0 {
+            return err("pipeline_parallel_size", "must be >= 1".into());
+        }
+        Ok(())
+    }
+
+    /// EngineCore refuses to start when one `max_model_len` request cannot fit the pool.
+    /// vLLM: `kv_cache_planning._check_enough_kv_cache_memory` (block form).
+    pub fn check_pool_holds_max_model_len(&self) -> Result<(), ConfigError> {
+        let usable = self.num_gpu_blocks - 1;
+        let need = self.max_model_len.div_ceil(self.block_size);
+        if usable < need {
+            return err(
+                "num_gpu_blocks",
+                format!(
+                    "KV cache of {usable} usable blocks cannot hold one max_model_len={} request ({need} blocks)",
+                    self.max_model_len
+                ),
+            );
+        }
+        Ok(())
+    }
+}

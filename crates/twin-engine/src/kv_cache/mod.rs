@@ -1,0 +1,8 @@
+//! Paged KV cache: block pool, prefix hashing, and the manager the scheduler calls.
+
+pub mod block_pool;
+pub mod hashing;
+pub mod manager;
+
+pub use block_pool::{BlockPool, NULL_BLOCK_ID};
+pub use manager::{AllocateSlots, KVCacheManager};

@@ -1,0 +1,279 @@
+//! A request as the scheduler sees it. vLLM: `vllm/v1/request.py`.
+
+use crate::kv_cache::hashing::{hash_block, BlockHash, NONE_HASH};
+
+/// A token id. Real vocabularies fit comfortably in 31 bits.
+pub type TokenId = u32;
+
+/// The scheduler's stand-in for a draft token it has not seen yet (vLLM uses -1).
+pub const PLACEHOLDER_TOKEN_ID: TokenId = u32::MAX;
+
+/// vLLM: `RequestStatus` (an `IntEnum`; everything after `Preempted` is finished).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RequestStatus {
+    Waiting,
+    WaitingForStructuredOutputGrammar,
+    WaitingForRemoteKvs,
+    WaitingForStreamingReq,
+    Running,
+    Preempted,
+    FinishedStopped,
+    FinishedLengthCapped,
+    FinishedAborted,
+    FinishedIgnored,
+    FinishedError,
+    FinishedRepetition,
+}
+
+impl RequestStatus {
+    /// vLLM: `RequestStatus.is_finished`.
+    pub fn is_finished(self) -> bool {
+        self > RequestStatus::Preempted
+    }
+
+    /// vLLM: `RequestStatus.get_finished_reason`.
+    pub fn finish_reason(self) -> Option<FinishReason> {
+        match self {
+            RequestStatus::FinishedStopped => Some(FinishReason::Stop),
+            RequestStatus::FinishedLengthCapped | RequestStatus::FinishedIgnored => {
+                Some(FinishReason::Length)
+            }
+            RequestStatus::FinishedAborted => Some(FinishReason::Abort),
+            RequestStatus::FinishedError => Some(FinishReason::Error),
+            RequestStatus::FinishedRepetition => Some(FinishReason::Repetition),
+            _ => None,
+        }
+    }
+}
+
+/// vLLM: `FinishReason`, with its string forms (the `finished_reason` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Abort,
+    Error,
+    Repetition,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+            FinishReason::Error => "error",
+            FinishReason::Repetition => "repetition",
+        }
+    }
+}
+
+/// vLLM: `EngineCoreEventType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineCoreEventType {
+    Queued,
+    Scheduled,
+    Preempted,
+}
+
+/// A timestamped lifecycle event, shipped with the request's next output.
+/// vLLM: `EngineCoreEvent`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EngineCoreEvent {
+    pub kind: EngineCoreEventType,
+    /// The engine clock (seconds) the caller passed to the step that recorded it.
+    pub timestamp_s: f64,
+}
+
+/// What a client asks for. vLLM: the parts of `SamplingParams` the scheduler reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    pub max_tokens: usize,
+    pub min_tokens: usize,
+    pub stop_token_ids: Vec<TokenId>,
+    /// `None` when `ignore_eos` is set or the model has no EOS.
+    pub eos_token_id: Option<TokenId>,
+}
+
+/// Everything needed to create a request. vLLM: `EngineCoreRequest`.
+#[derive(Clone, Debug)]
+pub struct NewRequest {
+    pub request_id: String,
+    pub prompt_token_ids: Vec<TokenId>,
+    pub sampling: SamplingParams,
+    /// Frontend arrival time in seconds (orders priority ties).
+    pub arrival_time_s: f64,
+    pub priority: i64,
+    pub cache_salt: Option<String>,
+    pub lora_name: Option<String>,
+}
+
+/// Prefix-cache hit recorded at the first admission. vLLM: `PrefillStats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefillStats {
+    pub num_prompt_tokens: usize,
+    pub num_local_cached_tokens: usize,
+    pub num_external_cached_tokens: usize,
+}
+
+/// A request inside the engine. Field names follow `vllm.v1.request.Request`.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub request_id: String,
+    pub arrival_time_s: f64,
+    pub priority: i64,
+    /// Creation order; the last tie-break of the priority order (vLLM uses `id()`).
+    pub(crate) seq: u64,
+    pub status: RequestStatus,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub(crate) all_token_ids: Vec<TokenId>,
+    pub num_prompt_tokens: usize,
+    pub spec_token_ids: Vec<TokenId>,
+    pub num_computed_tokens: usize,
+    pub num_output_placeholders: usize,
+    pub num_in_flight_tokens: usize,
+    pub num_stale_output_tokens: usize,
+    pub drop_stale_output: bool,
+    /// Set after each `schedule()` for the requests it scheduled.
+    pub is_prefill_chunk: bool,
+    pub num_preemptions: usize,
+    pub stop_reason: Option<TokenId>,
+    pub cache_salt: Option<String>,
+    pub lora_name: Option<String>,
+    /// Chained hashes of every full block of known tokens (empty without prefix caching).
+    pub(crate) block_hashes: Vec<BlockHash>,
+    /// Physical blocks held, in block-table order. vLLM: `req_to_blocks`.
+    pub(crate) block_ids: Vec<u32>,
+    /// Blocks of this request already entered in the prefix cache; `None` = untracked.
+    /// vLLM: `SingleTypeKVCacheManager.num_cached_block`.
+    pub(crate) num_cached_block: Option<usize>,
+    pub(crate) events: Vec<EngineCoreEvent>,
+    pub(crate) prefill_stats: Option<PrefillStats>,
+    pub(crate) hash_blocks: bool,
+    pub(crate) block_size: usize,
+}
+
+impl Request {
+    pub(crate) fn new(new: NewRequest, seq: u64, block_size: usize, hash_blocks: bool) -> Self {
+        let num_prompt_tokens = new.prompt_token_ids.len();
+        let max_tokens = new.sampling.max_tokens;
+        let mut req = Request {
+            request_id: new.request_id,
+            arrival_time_s: new.arrival_time_s,
+            priority: new.priority,
+            seq,
+            status: RequestStatus::Waiting,
+            sampling: new.sampling,
+            max_tokens,
+            all_token_ids: new.prompt_token_ids,
+            num_prompt_tokens,
+            spec_token_ids: Vec::new(),
+            num_computed_tokens: 0,
+            num_output_placeholders: 0,
+            num_in_flight_tokens: 0,
+            num_stale_output_tokens: 0,
+            drop_stale_output: false,
+            is_prefill_chunk: false,
+            num_preemptions: 0,
+            stop_reason: None,
+            cache_salt: new.cache_salt,
+            lora_name: new.lora_name,
+            block_hashes: Vec::new(),
+            block_ids: Vec::new(),
+            num_cached_block: None,
+            events: Vec::new(),
+            prefill_stats: Some(PrefillStats::default()),
+            hash_blocks,
+            block_size,
+        };
+        req.update_block_hashes();
+        req
+    }
+
+    /// Prompt plus outputs. vLLM: `Request.num_tokens`.
+    pub fn num_tokens(&self) -> usize {
+        self.all_token_ids.len()
+    }
+
+    /// vLLM: `Request.num_tokens_with_spec`.
+    pub fn num_tokens_with_spec(&self) -> usize {
+        self.all_token_ids.len() + self.spec_token_ids.len()
+    }
+
+    /// vLLM: `Request.num_output_tokens`.
+    pub fn num_output_tokens(&self) -> usize {
+        self.all_token_ids.len() - self.num_prompt_tokens
+    }
+
+    pub fn all_token_ids(&self) -> &[TokenId] {
+        &self.all_token_ids
+    }
+
+    pub fn output_token_ids(&self) -> &[TokenId] {
+        &self.all_token_ids[self.num_prompt_tokens..]
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.status.is_finished()
+    }
+
+    /// The physical KV blocks this request holds.
+    pub fn block_ids(&self) -> &[u32] {
+        &self.block_ids
+    }
+
+    /// vLLM: `Request.append_output_token_ids` (block hashes follow every append).
+    pub(crate) fn append_output_token(&mut self, token: TokenId) {
+        self.all_token_ids.push(token);
+        self.update_block_hashes();
+    }
+
+    /// Hash any new full blocks. vLLM: `kv_cache_utils.get_request_block_hasher`.
+    fn update_block_hashes(&mut self) {
+        if !self.hash_blocks {
+            return;
+        }
+        let bs = self.block_size;
+        while (self.block_hashes.len() + 1) * bs <= self.all_token_ids.len() {
+            let i = self.block_hashes.len();
+            let parent = if i == 0 {
+                NONE_HASH
+            } else {
+                self.block_hashes[i - 1]
+            };
+            // The salt keys only the first block; every later block chains on it.
+            let salt = if i == 0 {
+                self.cache_salt.as_deref()
+            } else {
+                None
+            };
+            let h = hash_block(
+                parent,
+                &self.all_token_ids[i * bs..(i + 1) * bs],
+                salt,
+                self.lora_name.as_deref(),
+            );
+            self.block_hashes.push(h);
+        }
+    }
+
+    pub(crate) fn record_event(&mut self, kind: EngineCoreEventType, timestamp_s: f64) {
+        self.events.push(EngineCoreEvent { kind, timestamp_s });
+    }
+
+    /// vLLM: `Request.__lt__` for the priority queue: (priority, arrival_time, seq).
+    pub(crate) fn priority_key(&self) -> (i64, u64, u64) {
+        (self.priority, order_f64(self.arrival_time_s), self.seq)
+    }
+}
+
+/// Monotone map of an f64 onto u64 (total order, as Python compares finite floats).
+fn order_f64(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
+}

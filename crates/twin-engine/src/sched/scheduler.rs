@@ -1,0 +1,840 @@
+//! vLLM: `vllm/v1/core/sched/scheduler.py` (`Scheduler`) and `async_scheduler.py`
+//! (`AsyncScheduler`), for decoder-only full-attention text models without KV
+//! connectors, LoRA batching limits, structured output or encoders.
+//!
+//! `schedule()` reads top to bottom as vLLM's does: the RUNNING pass, then (only if
+//! nothing was preempted) the WAITING pass, then `_update_after_schedule`.
+
+use super::output::{
+    EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, ScheduledKind, ScheduledRequest,
+    SchedulerOutput,
+};
+use super::request_queue::RequestQueue;
+use super::{ReqHandle, RequestSlab};
+use crate::config::{ConfigError, SchedulerConfig, SchedulingPolicy};
+use crate::kv_cache::{AllocateSlots, KVCacheManager};
+use crate::request::{
+    EngineCoreEventType, NewRequest, Request, RequestStatus, TokenId, PLACEHOLDER_TOKEN_ID,
+};
+use crate::stats::{SchedulerStats, SpecDecodingStats};
+
+/// vLLM: `Scheduler` (and `AsyncScheduler` when `config.async_scheduling`).
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    max_num_active_reqs: usize,
+    kv: KVCacheManager,
+    requests: RequestSlab,
+    waiting: RequestQueue,
+    running: Vec<ReqHandle>,
+    /// vLLM: `deferred_waiting` (a set; here a flag on the request plus this count).
+    num_deferred: usize,
+    finished_req_ids: Vec<ReqHandle>,
+    current_step: u64,
+    num_executed_steps: u64,
+    last_prefill_step: i64,
+    prefill_capacity_bound: bool,
+    local_prefill_interval: usize,
+    cache_aware_window: usize,
+    next_seq: u64,
+    // Scratch buffers reused every step.
+    hit_blocks: Vec<u32>,
+    probe_blocks: Vec<u32>,
+    skipped: Vec<ReqHandle>,
+    stopped: Vec<ReqHandle>,
+    deferred: Vec<bool>,
+}
+
+impl Scheduler {
+    /// vLLM: `Scheduler.__init__`.
+    pub fn new(config: SchedulerConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let kv = KVCacheManager::new(
+            config.num_gpu_blocks,
+            config.block_size,
+            config.max_model_len,
+            config.enable_prefix_caching,
+            config.watermark_blocks(),
+        );
+        let interval = config.prefill_schedule_interval;
+        Ok(Scheduler {
+            max_num_active_reqs: config.max_num_active_reqs(),
+            waiting: RequestQueue::new(config.policy == SchedulingPolicy::Priority),
+            cache_aware_window: if config.policy == SchedulingPolicy::Fcfs
+                && config.enable_prefix_caching
+            {
+                config.cache_aware_admission_window
+            } else {
+                0
+            },
+            local_prefill_interval: interval,
+            last_prefill_step: -(interval as i64),
+            config,
+            kv,
+            requests: RequestSlab::default(),
+            running: Vec::new(),
+            num_deferred: 0,
+            finished_req_ids: Vec::new(),
+            current_step: 0,
+            num_executed_steps: 0,
+            prefill_capacity_bound: false,
+            next_seq: 0,
+            hit_blocks: Vec::new(),
+            probe_blocks: Vec::new(),
+            skipped: Vec::new(),
+            stopped: Vec::new(),
+            deferred: Vec::new(),
+        })
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn kv_cache_manager(&self) -> &KVCacheManager {
+        &self.kv
+    }
+
+    pub fn request(&self, h: ReqHandle) -> Option<&Request> {
+        self.requests.get(h)
+    }
+
+    /// RUNNING requests in admission order.
+    pub fn running(&self) -> &[ReqHandle] {
+        &self.running
+    }
+
+    /// WAITING requests in queue order.
+    pub fn waiting(&self) -> impl Iterator<Item = ReqHandle> + '_ {
+        self.waiting.iter()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn num_deferred(&self) -> usize {
+        self.num_deferred
+    }
+
+    /// Live requests (unfinished, plus none: finished ones are dropped at once).
+    pub fn num_requests(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// vLLM: `Scheduler.add_request` (records QUEUED).
+    pub fn add_request(&mut self, new: NewRequest, now_s: f64) -> ReqHandle {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut req = Request::new(
+            new,
+            seq,
+            self.config.block_size,
+            self.config.enable_prefix_caching,
+        );
+        req.record_event(EngineCoreEventType::Queued, now_s);
+        let key = req.priority_key();
+        let h = self.requests.insert(req);
+        self.set_deferred(h, false);
+        self.waiting.add(h, key);
+        h
+    }
+
+    /// vLLM: `Scheduler.get_num_unfinished_requests`.
+    pub fn num_unfinished_requests(&self) -> usize {
+        self.running.len() + self.waiting.len()
+    }
+
+    /// vLLM: `Scheduler.has_requests` (finished ids not yet sent keep it true).
+    pub fn has_requests(&self) -> bool {
+        self.num_unfinished_requests() > 0 || !self.finished_req_ids.is_empty()
+    }
+
+    fn set_deferred(&mut self, h: ReqHandle, on: bool) {
+        if self.deferred.len() <= h.index() {
+            self.deferred.resize(h.index() + 1, false);
+        }
+        let was = std::mem::replace(&mut self.deferred[h.index()], on);
+        match (was, on) {
+            (false, true) => self.num_deferred += 1,
+            (true, false) => self.num_deferred -= 1,
+            _ => {}
+        }
+    }
+
+    /// Long-prefill cap for this step. vLLM: `Scheduler.schedule` (threshold prologue).
+    fn long_prefill_threshold(&self) -> usize {
+        let num_eligible = self.running.len() + self.waiting.len();
+        let mut thr = if self.config.enable_chunked_prefill && num_eligible > 1 {
+            self.config.long_prefill_token_threshold
+        } else {
+            0
+        };
+        if thr > 0 && self.config.long_prefill_token_threshold_adaptive {
+            thr = thr.max(self.config.max_num_batched_tokens / num_eligible);
+        }
+        thr
+    }
+
+    /// Hold prefills until the interval since the last prefill step has passed.
+    /// vLLM: `Scheduler.schedule` (local prefill cadence).
+    fn defer_prefills(&self) -> bool {
+        self.local_prefill_interval > 1
+            && !self.prefill_capacity_bound
+            && (self.num_executed_steps as i64 + 1) - self.last_prefill_step
+                < self.local_prefill_interval as i64
+            && self
+                .running
+                .iter()
+                .any(|&h| !self.requests.req(h).is_prefill_chunk)
+    }
+
+    /// vLLM: `Scheduler.schedule`. `now_s` stamps SCHEDULED / PREEMPTED events.
+    pub fn schedule(&mut self, now_s: f64, out: &mut SchedulerOutput) {
+        out.clear();
+        self.current_step += 1;
+        let cfg = &self.config;
+        let draft_slots = cfg.draft_slots as i64;
+        let mut token_budget = cfg.max_num_scheduled_tokens as i64;
+        let mut input_budget = cfg.max_num_batched_tokens as i64;
+        let num_lookahead_tokens = cfg.num_lookahead_tokens;
+        let max_model_len = cfg.max_model_len as i64;
+        let num_spec_tokens = cfg.num_speculative_tokens;
+        let priority = cfg.policy == SchedulingPolicy::Priority;
+        let threshold = self.long_prefill_threshold() as i64;
+        let defer_prefills = self.defer_prefills();
+        let mut prefill_scheduled = false;
+        let mut prefill_admitted = false;
+        let mut num_running_scheduled = 0usize;
+
+        // ===== RUNNING requests, in list order =====
+        let mut i = 0;
+        while i < self.running.len() && token_budget > 0 {
+            let h = self.running[i];
+            if input_budget <= draft_slots {
+                break;
+            }
+            let r = self.requests.req(h);
+            let computed = r.num_computed_tokens as i64;
+            let placeholders = r.num_output_placeholders as i64;
+            // Async: the step in flight is already sure to reach max_tokens.
+            if placeholders > 0
+                && computed + 2 - placeholders >= (r.num_prompt_tokens + r.max_tokens) as i64
+            {
+                i += 1;
+                continue;
+            }
+            if defer_prefills && r.is_prefill_chunk {
+                i += 1;
+                continue;
+            }
+            let mut n = r.num_tokens_with_spec() as i64 + placeholders - computed;
+            if 0 < threshold && threshold < n {
+                n = threshold;
+            }
+            n = n.min(token_budget).min(input_budget - draft_slots);
+            // Keep the input position inside max_model_len (matters with drafts).
+            n = n.min(max_model_len - computed - 1);
+            if n <= 0 {
+                i += 1;
+                continue;
+            }
+            let n = n as usize;
+            let block_start = out.block_ids.len();
+            let mut scheduled = false;
+            loop {
+                let r = self.requests.req_mut(h);
+                let args = AllocateSlots {
+                    num_new_tokens: n,
+                    num_lookahead_tokens,
+                    ..Default::default()
+                };
+                if self.kv.allocate_slots(r, args, &mut out.block_ids) {
+                    scheduled = true;
+                    break;
+                }
+                // Preempt the lowest-priority request. vLLM: the allocate_slots retry loop.
+                let victim = if priority {
+                    self.priority_victim()
+                } else {
+                    *self.running.last().expect("running holds the current request")
+                };
+                if priority {
+                    let idx = self
+                        .running
+                        .iter()
+                        .position(|&x| x == victim)
+                        .expect("victim is running");
+                    self.running.remove(idx);
+                    if idx < i {
+                        i -= 1;
+                    }
+                    if let Some(pos) = out.scheduled[..num_running_scheduled]
+                        .iter()
+                        .position(|e| e.handle == victim)
+                    {
+                        let e = out.scheduled.remove(pos);
+                        num_running_scheduled -= 1;
+                        token_budget += e.num_scheduled_tokens as i64;
+                        input_budget += e.num_scheduled_tokens as i64 + draft_slots;
+                    }
+                } else {
+                    self.running.pop();
+                }
+                self.preempt_request(victim, now_s);
+                out.preempted.push(victim);
+                if victim == h {
+                    break;
+                }
+            }
+            if !scheduled {
+                if priority && self.requests.req(h).status == RequestStatus::Preempted {
+                    // It preempted itself; `i` already points at the next request.
+                    continue;
+                }
+                break;
+            }
+            let r = self.requests.req_mut(h);
+            prefill_scheduled |= r.is_prefill_chunk;
+            let computed_before = r.num_computed_tokens;
+            let spec_start = out.spec_token_ids.len();
+            if !r.spec_token_ids.is_empty() {
+                let k = n as i64 + computed as i64
+                    - r.num_tokens() as i64
+                    - r.num_output_placeholders as i64;
+                if k > 0 {
+                    let take = (k as usize).min(r.spec_token_ids.len());
+                    out.spec_token_ids
+                        .extend_from_slice(&r.spec_token_ids[..take]);
+                }
+                // Fresh drafts arrive through update_draft_token_ids before the next step.
+                r.spec_token_ids.clear();
+            }
+            let entry = ScheduledRequest {
+                handle: h,
+                kind: ScheduledKind::Running,
+                num_scheduled_tokens: n,
+                num_computed_tokens: computed_before,
+                block_range: block_start..out.block_ids.len(),
+                spec_range: spec_start..out.spec_token_ids.len(),
+                samples: false,
+            };
+            out.scheduled.insert(num_running_scheduled, entry);
+            num_running_scheduled += 1;
+            token_budget -= n as i64;
+            input_budget -= n as i64 + draft_slots;
+            i += 1;
+        }
+
+        // ===== WAITING requests (only if nothing was preempted this step) =====
+        if out.preempted.is_empty() {
+            if self.cache_aware_window > 0 && !defer_prefills {
+                self.reorder_waiting_by_cached_prefix();
+            }
+            self.skipped.clear();
+            loop {
+                if self.running.len() >= self.max_num_active_reqs || token_budget <= 0 {
+                    break;
+                }
+                let Some(h) = self.waiting.peek() else { break };
+                if input_budget <= draft_slots {
+                    break;
+                }
+                let r = self.requests.req(h);
+                if r.num_stale_output_tokens > 0 && !r.drop_stale_output {
+                    // Async: deliverable output still in flight; resuming now could
+                    // resample a position that output later fills.
+                    self.waiting.pop();
+                    self.set_deferred(h, true);
+                    self.skipped.push(h);
+                    continue;
+                }
+                let (num_local_hit, did_lookup) = if r.num_computed_tokens == 0 {
+                    let hit = self.kv.get_computed_blocks(r, &mut self.hit_blocks);
+                    (hit, true)
+                } else {
+                    self.hit_blocks.clear();
+                    (0, false)
+                };
+                let r = self.requests.req_mut(h);
+                if did_lookup && r.num_preemptions == 0 {
+                    if let Some(ps) = r.prefill_stats.as_mut() {
+                        ps.num_prompt_tokens = r.num_prompt_tokens;
+                        ps.num_local_cached_tokens = num_local_hit;
+                        ps.num_external_cached_tokens = 0;
+                    }
+                }
+                let num_computed = if did_lookup {
+                    num_local_hit
+                } else {
+                    r.num_computed_tokens
+                };
+                let num_tokens = r.num_tokens();
+                if defer_prefills && num_computed + 1 < num_tokens {
+                    break;
+                }
+                let request_budget = token_budget.min(input_budget - draft_slots);
+                let mut n = (num_tokens - num_computed) as i64;
+                let mut pad_spec = false;
+                // Pad a 1-token admission to the uniform spec-decode width.
+                if num_spec_tokens > 0
+                    && n == 1
+                    && !prefill_scheduled
+                    && (num_running_scheduled > 0 || num_computed > 0)
+                {
+                    let padded = 1 + num_spec_tokens as i64;
+                    if num_computed as i64 + padded + 1 <= max_model_len {
+                        if padded > request_budget {
+                            break;
+                        }
+                        n = padded;
+                        pad_spec = true;
+                    }
+                }
+                if 0 < threshold && threshold < n {
+                    n = threshold;
+                }
+                if !self.config.enable_chunked_prefill && n > request_budget {
+                    break;
+                }
+                n = n.min(request_budget);
+                assert!(n > 0);
+                let n = n as usize;
+                let has_scheduled_reqs = !self.running.is_empty();
+                let block_start = out.block_ids.len();
+                let args = AllocateSlots {
+                    num_new_tokens: n,
+                    num_new_computed_tokens: num_local_hit,
+                    new_computed_blocks: &self.hit_blocks,
+                    num_lookahead_tokens,
+                    full_sequence_must_fit: self.config.scheduler_reserve_full_isl,
+                    has_scheduled_reqs,
+                };
+                let mut scratch = std::mem::take(&mut out.block_ids);
+                let ok = self.kv.allocate_slots(r, args, &mut scratch);
+                out.block_ids = scratch;
+                if !ok {
+                    // Head-of-line blocking: later requests are not tried.
+                    break;
+                }
+                if did_lookup {
+                    let r = self.requests.req(h);
+                    self.kv.record_prefix_cache_stats(r, num_local_hit);
+                }
+                self.waiting.pop();
+                self.set_deferred(h, false);
+                self.running.push(h);
+                let r = self.requests.req_mut(h);
+                r.record_event(EngineCoreEventType::Scheduled, now_s);
+                let kind = if r.num_preemptions > 0 {
+                    ScheduledKind::Resumed
+                } else {
+                    ScheduledKind::New
+                };
+                r.status = RequestStatus::Running;
+                r.num_computed_tokens = num_computed;
+                // New and resumed requests are sent with their whole block table.
+                out.block_ids.truncate(block_start);
+                out.block_ids.extend_from_slice(&r.block_ids);
+                let spec_start = out.spec_token_ids.len();
+                if pad_spec {
+                    out.spec_token_ids
+                        .extend(std::iter::repeat_n(PLACEHOLDER_TOKEN_ID, num_spec_tokens));
+                }
+                out.scheduled.push(ScheduledRequest {
+                    handle: h,
+                    kind,
+                    num_scheduled_tokens: n,
+                    num_computed_tokens: num_computed,
+                    block_range: block_start..out.block_ids.len(),
+                    spec_range: spec_start..out.spec_token_ids.len(),
+                    samples: false,
+                });
+                token_budget -= n as i64;
+                input_budget -= n as i64 + draft_slots;
+                prefill_admitted |= num_computed + 1 < num_tokens;
+            }
+            // Skipped requests go back to the front in their original order.
+            for idx in (0..self.skipped.len()).rev() {
+                let h = self.skipped[idx];
+                let key = self.requests.req(h).priority_key();
+                self.waiting.prepend(h, key);
+            }
+            if !defer_prefills {
+                self.prefill_capacity_bound = self.waiting.len() > self.num_deferred;
+            }
+        }
+
+        let total: usize = out.scheduled.iter().map(|e| e.num_scheduled_tokens).sum();
+        assert!(total <= self.config.max_num_scheduled_tokens);
+        assert!(token_budget >= 0 && input_budget >= 0);
+        assert!(self.running.len() <= self.config.max_num_seqs);
+        out.total_num_scheduled_tokens = total;
+        if total > 0 {
+            self.num_executed_steps += 1;
+        }
+        if self.local_prefill_interval > 1 && (prefill_scheduled || prefill_admitted) {
+            self.last_prefill_step = self.num_executed_steps as i64;
+        }
+        out.num_spec_tokens_to_schedule = num_spec_tokens;
+        std::mem::swap(&mut out.finished_req_ids, &mut self.finished_req_ids);
+        self.finished_req_ids.clear();
+        self.update_after_schedule(out);
+    }
+
+    /// vLLM: `max(running, key=(priority, arrival_time))` (first maximum wins).
+    fn priority_victim(&self) -> ReqHandle {
+        let mut best = self.running[0];
+        let mut best_key = self.victim_key(best);
+        for &h in &self.running[1..] {
+            let k = self.victim_key(h);
+            if k > best_key {
+                best = h;
+                best_key = k;
+            }
+        }
+        best
+    }
+
+    fn victim_key(&self, h: ReqHandle) -> (i64, u64) {
+        let k = self.requests.req(h).priority_key();
+        (k.0, k.1)
+    }
+
+    /// Move the first waiting requests with the deepest cached prefix to the front of
+    /// the window. vLLM: `Scheduler._reorder_waiting_by_cached_prefix`.
+    fn reorder_waiting_by_cached_prefix(&mut self) {
+        if self.waiting.len() < 2 || self.kv.usage() < self.config.cache_aware_admission_threshold
+        {
+            return;
+        }
+        let window = self.cache_aware_window;
+        let head: Vec<ReqHandle> = self.waiting.iter().take(window).collect();
+        let slots: Vec<usize> = (0..head.len())
+            .filter(|&i| {
+                let r = self.requests.req(head[i]);
+                r.status == RequestStatus::Waiting && r.num_computed_tokens == 0
+            })
+            .collect();
+        if slots.len() < 2 {
+            return;
+        }
+        let mut cached = vec![0usize; head.len()];
+        for &i in &slots {
+            let r = self.requests.req(head[i]);
+            cached[i] = self.kv.get_num_cached_tokens(r, &mut self.probe_blocks);
+        }
+        let mut order = slots.clone();
+        order.sort_by_key(|&i| (std::cmp::Reverse(cached[i]), i));
+        if order == slots {
+            return;
+        }
+        let q = self
+            .waiting
+            .fcfs_mut()
+            .expect("cache-aware admission runs only under FCFS");
+        for (&slot, &src) in slots.iter().zip(order.iter()) {
+            q[slot] = head[src];
+        }
+    }
+
+    /// vLLM: `Scheduler._preempt_request` (the caller has removed it from `running`).
+    fn preempt_request(&mut self, h: ReqHandle, now_s: f64) {
+        let r = self.requests.req_mut(h);
+        assert_eq!(
+            r.status,
+            RequestStatus::Running,
+            "only running requests can be preempted"
+        );
+        self.kv.free(r);
+        r.status = RequestStatus::Preempted;
+        r.num_computed_tokens = 0;
+        r.spec_token_ids.clear();
+        // Async: in-flight output is delivered later but must not touch the reset counters.
+        r.drop_stale_output = r.drop_stale_output && r.num_stale_output_tokens > 0;
+        r.num_stale_output_tokens = r.num_in_flight_tokens;
+        r.num_output_placeholders = 0;
+        r.num_preemptions += 1;
+        r.record_event(EngineCoreEventType::Preempted, now_s);
+        let key = r.priority_key();
+        self.waiting.prepend(h, key);
+    }
+
+    /// vLLM: `Scheduler._update_after_schedule` (+ `AsyncScheduler`'s placeholders).
+    fn update_after_schedule(&mut self, out: &mut SchedulerOutput) {
+        let async_scheduling = self.config.async_scheduling;
+        let num_spec = out.num_spec_tokens_to_schedule;
+        for e in &mut out.scheduled {
+            let r = self.requests.req_mut(e.handle);
+            r.num_computed_tokens += e.num_scheduled_tokens;
+            r.num_in_flight_tokens += e.num_scheduled_tokens;
+            r.is_prefill_chunk = r.num_computed_tokens < r.num_tokens() + r.num_output_placeholders;
+            e.samples = !r.is_prefill_chunk;
+            if async_scheduling && !r.is_prefill_chunk {
+                r.num_output_placeholders += 1 + e.spec_range.len();
+                r.spec_token_ids.clear();
+                r.spec_token_ids
+                    .extend(std::iter::repeat_n(PLACEHOLDER_TOKEN_ID, num_spec));
+            }
+        }
+    }
+
+    /// Drafts proposed after the last executed step (sync spec decode).
+    /// vLLM: `Scheduler.update_draft_token_ids`.
+    pub fn update_draft_token_ids(&mut self, h: ReqHandle, drafts: &[TokenId]) {
+        let Some(r) = self.requests.get_mut(h) else {
+            return;
+        };
+        if r.is_finished() {
+            return;
+        }
+        r.spec_token_ids.clear();
+        if !r.is_prefill_chunk {
+            r.spec_token_ids.extend_from_slice(drafts);
+        }
+    }
+
+    /// Apply a finished batch: append tokens, roll back rejected drafts, check stops,
+    /// free finished requests. vLLM: `Scheduler.update_from_output`.
+    pub fn update_from_output(
+        &mut self,
+        so: &SchedulerOutput,
+        mro: &ModelRunnerOutput,
+        outputs: &mut EngineCoreOutputs,
+    ) {
+        outputs.clear();
+        outputs.step = so.step;
+        let num_spec_tokens = self.config.num_speculative_tokens;
+        let mut spec_stats: Option<SpecDecodingStats> = None;
+        self.stopped.clear();
+        for (idx, e) in so.scheduled.iter().enumerate() {
+            let h = e.handle;
+            let Some(r) = self.requests.get_mut(h) else {
+                continue;
+            };
+            r.num_in_flight_tokens -= e.num_scheduled_tokens;
+            let mut stale = false;
+            if r.num_stale_output_tokens > 0 {
+                stale = true;
+                r.num_stale_output_tokens -= e.num_scheduled_tokens;
+            }
+            if r.is_finished() || (stale && r.drop_stale_output) {
+                continue;
+            }
+            let generated = mro.sampled(idx);
+            let spec = so.spec_tokens(e);
+            if !spec.is_empty() && !generated.is_empty() {
+                let num_draft = spec.len();
+                let num_accepted = generated.len() - 1;
+                let num_rejected = num_draft - num_accepted;
+                if !stale {
+                    if r.num_computed_tokens > 0 {
+                        r.num_computed_tokens -= num_rejected;
+                    }
+                    if r.num_output_placeholders > 0 {
+                        r.num_output_placeholders -= num_rejected;
+                    }
+                }
+                spec_stats
+                    .get_or_insert_with(|| SpecDecodingStats::new(num_spec_tokens))
+                    .observe_draft(num_draft, num_accepted);
+            }
+            let status_before = r.status;
+            let token_start = outputs.tokens.len();
+            let mut stopped = false;
+            if !generated.is_empty() {
+                let had_placeholders = r.num_output_placeholders > 0;
+                stopped = update_request_with_output(
+                    r,
+                    generated,
+                    stale,
+                    self.config.max_model_len,
+                    &mut outputs.tokens,
+                );
+                if !stale
+                    && status_before == RequestStatus::Running
+                    && (had_placeholders || num_spec_tokens > 0)
+                {
+                    let n = r.num_computed_tokens - r.num_in_flight_tokens;
+                    self.kv.cache_blocks(r, n);
+                }
+            }
+            let num_new = outputs.tokens.len() - token_start;
+            if num_new == 0 && !stopped {
+                continue;
+            }
+            let prefill_stats = r.prefill_stats.take();
+            let events = std::mem::take(&mut r.events);
+            let out = EngineCoreOutput {
+                handle: h,
+                new_token_range: token_start..outputs.tokens.len(),
+                finish_reason: if stopped {
+                    r.status.finish_reason()
+                } else {
+                    None
+                },
+                stop_reason: r.stop_reason,
+                events,
+                prefill_stats,
+                num_prompt_tokens: r.num_prompt_tokens,
+                max_tokens: r.max_tokens,
+                num_preemptions: r.num_preemptions,
+            };
+            outputs.outputs.push(out);
+            if stopped {
+                self.stopped.push(h);
+                self.free_request(h);
+            }
+        }
+        if !self.stopped.is_empty() {
+            // Still-queued handles of freed requests are the ones to drop.
+            let slab = &self.requests;
+            self.running.retain(|&h| slab.get(h).is_some());
+            for idx in 0..self.stopped.len() {
+                let h = self.stopped[idx];
+                self.waiting.remove_stale(h, slab);
+            }
+        }
+        outputs.scheduler_stats = self.make_stats(spec_stats);
+    }
+
+    /// Abort (or otherwise finish) requests from outside. Returns the handles that were
+    /// still unfinished. vLLM: `Scheduler.finish_requests`.
+    pub fn finish_requests(&mut self, handles: &[ReqHandle], status: RequestStatus) -> Vec<ReqHandle> {
+        assert!(status.is_finished());
+        let mut valid = Vec::new();
+        for &h in handles {
+            match self.requests.get(h) {
+                Some(r) if !r.is_finished() => valid.push(h),
+                _ => {}
+            }
+        }
+        for &h in &valid {
+            let r = self.requests.req(h);
+            if r.status == RequestStatus::Running {
+                self.running.retain(|&x| x != h);
+            } else {
+                let key = r.priority_key();
+                self.waiting.remove(h, key);
+                self.set_deferred(h, false);
+            }
+        }
+        for &h in &valid {
+            self.requests.req_mut(h).status = status;
+            self.free_request(h);
+        }
+        valid
+    }
+
+    /// vLLM: `Scheduler._free_request` → `_free_blocks` (blocks back, request dropped).
+    fn free_request(&mut self, h: ReqHandle) {
+        self.set_deferred(h, false);
+        let mut req = self.requests.remove(h).expect("freeing a live request");
+        debug_assert!(req.is_finished());
+        self.kv.free(&mut req);
+        self.finished_req_ids.push(h);
+    }
+
+    /// vLLM: `Scheduler.make_stats`.
+    pub fn make_stats(&mut self, spec: Option<SpecDecodingStats>) -> SchedulerStats {
+        SchedulerStats {
+            num_running_reqs: self.running.len(),
+            num_waiting_reqs: self.waiting.len() - self.num_deferred,
+            num_skipped_waiting_reqs: self.num_deferred,
+            kv_cache_usage: self.kv.usage(),
+            prefix_cache_stats: self.kv.make_prefix_cache_stats(),
+            spec_decoding_stats: spec,
+        }
+    }
+
+    /// Check every cross-structure invariant; panics naming the broken one.
+    pub fn assert_invariants(&self) {
+        self.kv.block_pool.assert_consistent();
+        assert!(self.running.len() <= self.config.max_num_seqs, "running > max_num_seqs");
+        let held: usize = self
+            .running
+            .iter()
+            .map(|&h| self.requests.req(h).block_ids.len())
+            .sum();
+        assert!(
+            held >= self.kv.block_pool.num_referenced_blocks(),
+            "a referenced block has no holder"
+        );
+        for &h in &self.running {
+            assert_eq!(self.requests.req(h).status, RequestStatus::Running);
+        }
+        for h in self.waiting.iter() {
+            let r = self.requests.req(h);
+            assert!(
+                matches!(r.status, RequestStatus::Waiting | RequestStatus::Preempted),
+                "waiting request in status {:?}",
+                r.status
+            );
+            assert!(r.block_ids.is_empty(), "waiting request holds blocks");
+        }
+        assert_eq!(
+            self.running.len() + self.waiting.len(),
+            self.requests.len(),
+            "a live request is in no queue"
+        );
+    }
+}
+
+impl RequestQueue {
+    /// Remove a handle whose request was already freed (FCFS: by position).
+    fn remove_stale(&mut self, h: ReqHandle, slab: &RequestSlab) {
+        debug_assert!(slab.get(h).is_none());
+        match self {
+            RequestQueue::Fcfs(q) => q.retain(|&x| x != h),
+            RequestQueue::Priority(q) => q.retain(|_, &mut x| x != h),
+        }
+    }
+}
+
+/// Append sampled tokens one by one, checking stops after each; trims the rest on a
+/// stop. Returns whether the request stopped. vLLM: `_update_request_with_output`.
+fn update_request_with_output(
+    r: &mut Request,
+    generated: &[TokenId],
+    stale: bool,
+    max_model_len: usize,
+    emitted: &mut Vec<TokenId>,
+) -> bool {
+    let mut stopped = false;
+    for (k, &tok) in generated.iter().enumerate() {
+        r.append_output_token(tok);
+        emitted.push(tok);
+        if check_stop(r, max_model_len) {
+            if !stale {
+                // num_computed_tokens covers every new token but the last one kept.
+                r.num_computed_tokens -= generated.len() - (k + 1);
+            }
+            stopped = true;
+            break;
+        }
+    }
+    if !stale && r.num_output_placeholders > 0 {
+        // Resolve every returned token, those trimmed at a stop included.
+        r.num_output_placeholders -= generated.len();
+    }
+    stopped
+}
+
+/// vLLM: `sched/utils.py check_stop` (EOS, stop ids, length, then min_tokens).
+fn check_stop(r: &mut Request, max_model_len: usize) -> bool {
+    let last = *r.all_token_ids.last().expect("just appended");
+    if r.sampling.eos_token_id == Some(last) {
+        r.status = RequestStatus::FinishedStopped;
+        return true;
+    }
+    if r.sampling.stop_token_ids.contains(&last) {
+        r.status = RequestStatus::FinishedStopped;
+        r.stop_reason = Some(last);
+        return true;
+    }
+    if r.num_tokens() >= max_model_len || r.num_output_tokens() >= r.max_tokens {
+        r.status = RequestStatus::FinishedLengthCapped;
+        return true;
+    }
+    false
+}

@@ -1,0 +1,132 @@
+//! `vllm-twin`: the command line. It only parses flags and calls the library crates.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "vllm-twin",
+    version,
+    about = "A deterministic digital twin of vLLM 0.34's V1 serving engine"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run oracle scenarios through the twin and compare traces with vLLM's own.
+    Conformance {
+        #[command(subcommand)]
+        command: ConformanceCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConformanceCommand {
+    /// Run scenario files, writing DIR/<scenario name>.jsonl in the oracle's trace format.
+    Run {
+        /// Scenario JSON files (the oracle's format).
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Where to write traces; without it, a single scenario's trace goes to stdout.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Compare candidate traces with oracle traces (files, or directories by file name).
+    Compare { oracle: PathBuf, candidate: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Conformance { command } => match command {
+            ConformanceCommand::Run { scenarios, out_dir } => {
+                conformance_run(&scenarios, out_dir.as_deref())
+            }
+            ConformanceCommand::Compare { oracle, candidate } => {
+                conformance_compare(&oracle, &candidate)
+            }
+        },
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load_scenario(path: &Path) -> Result<twin_conformance::Scenario> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    twin_conformance::parse_scenario(&text).with_context(|| format!("{}", path.display()))
+}
+
+fn conformance_run(paths: &[PathBuf], out_dir: Option<&Path>) -> Result<ExitCode> {
+    let Some(dir) = out_dir else {
+        if paths.len() != 1 {
+            bail!("several scenarios need --out-dir DIR");
+        }
+        let scn = load_scenario(&paths[0])?;
+        let stdout = std::io::stdout();
+        let mut out = BufWriter::new(stdout.lock());
+        twin_conformance::run_scenario(&scn, &mut out)?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for path in paths {
+        let scn = load_scenario(path)?;
+        let out_path = dir.join(format!("{}.jsonl", scn.name));
+        let file = fs::File::create(&out_path)
+            .with_context(|| format!("creating {}", out_path.display()))?;
+        let mut out = BufWriter::new(file);
+        let summary = twin_conformance::run_scenario(&scn, &mut out)?;
+        out.flush()?;
+        eprintln!("{}: {summary}", scn.name);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn conformance_compare(oracle: &Path, candidate: &Path) -> Result<ExitCode> {
+    let pairs: Vec<(PathBuf, PathBuf)> = if oracle.is_dir() {
+        let mut names: Vec<_> = fs::read_dir(oracle)?
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .filter(|n| n.to_string_lossy().ends_with(".jsonl"))
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|n| (oracle.join(&n), candidate.join(&n)))
+            .collect()
+    } else {
+        vec![(oracle.to_path_buf(), candidate.to_path_buf())]
+    };
+    let mut ok = 0;
+    for (o, c) in &pairs {
+        let name = o.file_stem().unwrap_or_default().to_string_lossy();
+        let Ok(ctext) = fs::read_to_string(c) else {
+            println!("MISSING {name}: no candidate trace {}", c.display());
+            continue;
+        };
+        let otext = fs::read_to_string(o).with_context(|| format!("reading {}", o.display()))?;
+        match twin_conformance::compare::compare_traces(&otext, &ctext) {
+            Ok(None) => ok += 1,
+            Ok(Some(d)) => println!("DIFF {name}: {d}"),
+            Err(e) => println!("DIFF {name}: unreadable trace: {e}"),
+        }
+    }
+    println!("{ok}/{} scenarios identical", pairs.len());
+    Ok(if ok == pairs.len() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
