@@ -15,6 +15,7 @@ pub mod kv_cache;
 pub mod request;
 pub mod sched;
 pub mod stats;
+pub mod synthetic;
 
 pub use config::{ConfigError, SchedulerConfig, SchedulingPolicy};
 pub use engine_core::{EngineCore, ModelRunner, StepReport};

@@ -1,0 +1,124 @@
+//! A model runner for simulation: no weights, deterministic tokens.
+//!
+//! Requests end by length (`max_tokens`, as `vllm bench serve` runs with `ignore_eos`) or
+//! at a stop token the runner emits at a per-request target length. Speculative drafts
+//! are accepted position by position with a caller-chosen probability, from an RNG the
+//! runner owns (seeded by the caller), so runs are reproducible.
+
+use std::collections::HashMap;
+
+use crate::engine_core::ModelRunner;
+use crate::request::TokenId;
+use crate::sched::{ModelRunnerOutput, ReqHandle, Scheduler, SchedulerOutput};
+
+/// The stop token synthetic requests use when they should end before `max_tokens`.
+pub const SYNTHETIC_STOP_TOKEN_ID: TokenId = 2;
+
+/// splitmix64: a tiny, well-mixed generator (no dependency, no global state).
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// Deterministic tokens; optional early stops; spec-decode acceptance per position.
+#[derive(Clone, Debug)]
+pub struct SyntheticModelRunner {
+    rng: SplitMix64,
+    /// Output length at which a request samples the stop token (absent: run to max_tokens).
+    stop_at: HashMap<ReqHandle, usize>,
+    /// Probability that draft position i is accepted given position i-1 was.
+    pub acceptance_per_position: Vec<f64>,
+    vocab_size: u32,
+    toks: Vec<TokenId>,
+    last_sampled: Vec<ReqHandle>,
+}
+
+impl SyntheticModelRunner {
+    pub fn new(seed: u64, vocab_size: u32) -> Self {
+        SyntheticModelRunner {
+            rng: SplitMix64::new(seed),
+            stop_at: HashMap::new(),
+            acceptance_per_position: Vec::new(),
+            vocab_size: vocab_size.max(16),
+            toks: Vec::new(),
+            last_sampled: Vec::new(),
+        }
+    }
+
+    /// Make `h` sample the stop token as its `n`-th output token (1-based).
+    pub fn stop_after(&mut self, h: ReqHandle, n: usize) {
+        self.stop_at.insert(h, n.max(1));
+    }
+
+    /// Forget a finished request.
+    pub fn forget(&mut self, h: ReqHandle) {
+        self.stop_at.remove(&h);
+    }
+
+    fn token(&mut self, h: ReqHandle, position: usize) -> TokenId {
+        if self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n) {
+            return SYNTHETIC_STOP_TOKEN_ID;
+        }
+        // Never the stop token, never a placeholder.
+        3 + (self.rng.next_u64() % u64::from(self.vocab_size - 3)) as TokenId
+    }
+}
+
+impl ModelRunner for SyntheticModelRunner {
+    fn execute_model(&mut self, sched: &Scheduler, so: &SchedulerOutput, out: &mut ModelRunnerOutput) {
+        self.last_sampled.clear();
+        if so.total_num_scheduled_tokens == 0 {
+            return;
+        }
+        for e in &so.scheduled {
+            if !e.samples {
+                out.push(&[]);
+                continue;
+            }
+            let r = sched.request(e.handle).expect("scheduled request is live");
+            // Position of the first token this step samples (in-flight ones included).
+            let k0 = r.num_output_tokens() + r.num_output_placeholders.saturating_sub(1 + e.spec_range.len());
+            self.toks.clear();
+            let t = self.token(e.handle, k0);
+            self.toks.push(t);
+            for i in 0..e.spec_range.len() {
+                let p = self.acceptance_per_position.get(i).copied().unwrap_or(0.0);
+                if self.rng.next_f64() >= p {
+                    break;
+                }
+                let t = self.token(e.handle, k0 + i + 1);
+                self.toks.push(t);
+            }
+            out.push(&self.toks);
+            self.last_sampled.push(e.handle);
+        }
+    }
+
+    fn take_draft_token_ids(&mut self, sched: &Scheduler, drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>) {
+        let k = sched.config().num_speculative_tokens;
+        if k == 0 {
+            return;
+        }
+        for &h in &self.last_sampled {
+            // Draft contents do not matter to the scheduler: only their count does.
+            drafts.push((h, vec![SYNTHETIC_STOP_TOKEN_ID + 1; k]));
+        }
+    }
+}
