@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// A bound on the pool size (block metadata is ~24 bytes each; 2^27 blocks is ~3 GiB).
+pub const MAX_NUM_GPU_BLOCKS: usize = 1 << 27;
+
 /// How the waiting queue is ordered. vLLM: `SchedulingPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SchedulingPolicy {
@@ -141,6 +144,15 @@ impl SchedulerConfig {
                 "num_gpu_blocks",
                 format!(
                     "{} blocks leave no usable block after the null block",
+                    self.num_gpu_blocks
+                ),
+            );
+        }
+        if self.num_gpu_blocks > MAX_NUM_GPU_BLOCKS {
+            return err(
+                "num_gpu_blocks",
+                format!(
+                    "{} blocks is beyond the twin's limit of {MAX_NUM_GPU_BLOCKS}",
                     self.num_gpu_blocks
                 ),
             );

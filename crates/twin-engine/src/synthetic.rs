@@ -72,8 +72,10 @@ impl SyntheticModelRunner {
         self.stop_at.remove(&h);
     }
 
-    fn token(&mut self, h: ReqHandle, position: usize) -> TokenId {
-        if self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n) {
+    /// The token at 0-based output `position`; never the stop token before `min_tokens`
+    /// (vLLM's sampler masks stop tokens until then).
+    fn token(&mut self, h: ReqHandle, position: usize, min_tokens: usize) -> TokenId {
+        if position + 1 >= min_tokens && self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n) {
             return SYNTHETIC_STOP_TOKEN_ID;
         }
         // Never the stop token, never a placeholder.
@@ -96,14 +98,15 @@ impl ModelRunner for SyntheticModelRunner {
             // Position of the first token this step samples (in-flight ones included).
             let k0 = r.num_output_tokens() + r.num_output_placeholders.saturating_sub(1 + e.spec_range.len());
             self.toks.clear();
-            let t = self.token(e.handle, k0);
+            let min_tokens = r.sampling.min_tokens;
+            let t = self.token(e.handle, k0, min_tokens);
             self.toks.push(t);
             for i in 0..e.spec_range.len() {
                 let p = self.acceptance_per_position.get(i).copied().unwrap_or(0.0);
                 if self.rng.next_f64() >= p {
                     break;
                 }
-                let t = self.token(e.handle, k0 + i + 1);
+                let t = self.token(e.handle, k0 + i + 1, min_tokens);
                 self.toks.push(t);
             }
             out.push(&self.toks);
