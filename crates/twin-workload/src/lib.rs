@@ -1,0 +1,459 @@
+//! twin-workload: what arrives at the engine, and when.
+//!
+//! Open loop (Poisson, gamma with `--burstiness`, constant, step/ramp rate profiles) and
+//! closed loop (fixed concurrency); token lengths from fixed, uniform, normal, lognormal
+//! or empirical distributions; shared system-prompt groups; multi-turn sessions whose
+//! next prompt contains the previous turn (prompt + answer) after a think time; replay of
+//! native, Mooncake, Azure and BurstGPT traces. Tokens are synthesised deterministically so
+//! equal content means equal token ids, which is what the prefix cache keys on.
+//!
+//! Deterministic: the same spec and seed give the same requests; memory is bounded by
+//! in-flight requests and sessions (nothing is pre-generated).
+
+pub mod arrivals;
+pub mod lengths;
+pub mod trace;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub use arrivals::{ArrivalProcess, ArrivalShape, RateProfile};
+pub use lengths::LengthDist;
+pub use trace::{parse_trace, TraceContent, TraceFormat, TraceRecord};
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum WorkloadError {
+    #[error("{field}: {message}")]
+    Spec { field: String, message: String },
+    #[error("{file}: line {line}: {message}")]
+    Trace {
+        file: String,
+        line: usize,
+        message: String,
+    },
+}
+
+/// How requests arrive.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arrivals {
+    Open(ArrivalProcess),
+    /// A fixed number of clients, each sending its next request when the last one ends.
+    Closed { concurrency: usize },
+    /// Replay; lengths and contents come from the records.
+    Trace(Vec<TraceRecord>),
+}
+
+/// A share of requests that start with one of a few shared system prompts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedPrefix {
+    pub num_groups: usize,
+    pub prefix_len: usize,
+    /// Fraction of requests (0..=1) that use a group.
+    pub share: f64,
+}
+
+/// Multi-turn conversations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sessions {
+    pub turns: LengthDist,
+    /// Mean think time between an answer and the next question (exponential).
+    pub think_time_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadSpec {
+    pub arrivals: Arrivals,
+    pub input_len: LengthDist,
+    pub output_len: LengthDist,
+    pub num_requests: usize,
+    pub shared_prefix: Option<SharedPrefix>,
+    pub sessions: Option<Sessions>,
+    pub seed: u64,
+}
+
+/// One request to submit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestSpec {
+    /// Issue order, from 0.
+    pub id: u64,
+    pub arrival_time_s: f64,
+    pub prompt_token_ids: Vec<u32>,
+    /// Output length the client forces (`max_tokens` with `ignore_eos`).
+    pub max_tokens: usize,
+    pub session: Option<u64>,
+    pub turn: u32,
+}
+
+#[derive(Clone, Debug)]
+struct SessionState {
+    turns_left: u32,
+    turn: u32,
+    history: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    time_bits: u64,
+    seq: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Pending {
+    /// A new request (or the first turn of a new session) from the synthetic generator.
+    Fresh,
+    /// The next turn of a session.
+    Turn(u64),
+    /// Trace record index.
+    Trace(usize),
+}
+
+/// Vocabulary range of synthetic tokens (avoids ids below 3: pad/bos/eos conventions).
+const TOKEN_LO: u32 = 3;
+const TOKEN_SPAN: u32 = 120_000;
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Deterministic tokens for a content key: the same key always gives the same tokens.
+pub fn synth_tokens(key: u64, n: usize, out: &mut Vec<u32>) {
+    let mut s = mix(key ^ 0x5DEE_CE66_D1CE_4E5B);
+    out.reserve(n);
+    for _ in 0..n {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        out.push(TOKEN_LO + (mix(s) % u64::from(TOKEN_SPAN)) as u32);
+    }
+}
+
+fn time_key(t: f64) -> u64 {
+    // Arrival times are non-negative, so their bit patterns order like the values.
+    t.max(0.0).to_bits()
+}
+
+/// The request stream. Pull with [`Workload::pop_due`]; report finishes with
+/// [`Workload::on_finished`] so closed-loop clients and sessions can continue.
+pub struct Workload {
+    spec: WorkloadSpec,
+    rng: ChaCha8Rng,
+    issued: u64,
+    scheduled: u64,
+    seq: u64,
+    due: BinaryHeap<Reverse<(Due, u64)>>,
+    pending: HashMap<u64, (f64, Pending)>,
+    sessions: HashMap<u64, SessionState>,
+    next_session: u64,
+    group_tokens: Vec<Vec<u32>>,
+}
+
+impl Workload {
+    pub fn new(spec: WorkloadSpec) -> Result<Self, WorkloadError> {
+        if let Some(sp) = &spec.shared_prefix {
+            if sp.num_groups == 0 || !(0.0..=1.0).contains(&sp.share) {
+                return Err(WorkloadError::Spec {
+                    field: "--shared-prefix".into(),
+                    message: "need at least one group and a share in [0, 1]".into(),
+                });
+            }
+        }
+        let group_tokens = spec
+            .shared_prefix
+            .as_ref()
+            .map(|sp| {
+                (0..sp.num_groups)
+                    .map(|g| {
+                        let mut v = Vec::new();
+                        synth_tokens(0xC0FF_EE00 + g as u64, sp.prefix_len, &mut v);
+                        v
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut w = Workload {
+            rng: ChaCha8Rng::seed_from_u64(spec.seed),
+            spec,
+            issued: 0,
+            scheduled: 0,
+            seq: 0,
+            due: BinaryHeap::new(),
+            pending: HashMap::new(),
+            sessions: HashMap::new(),
+            next_session: 0,
+            group_tokens,
+        };
+        match &w.spec.arrivals {
+            // The first request arrives at time 0, like `vllm bench serve`.
+            Arrivals::Open(_) => w.push(0.0, Pending::Fresh),
+            Arrivals::Closed { concurrency } => {
+                for _ in 0..*concurrency {
+                    w.push(0.0, Pending::Fresh);
+                }
+            }
+            Arrivals::Trace(records) => {
+                let n = records.len().min(w.spec.num_requests);
+                let times: Vec<f64> = records[..n].iter().map(|r| r.arrival_time_s).collect();
+                for (i, t) in times.into_iter().enumerate() {
+                    w.push(t, Pending::Trace(i));
+                }
+            }
+        }
+        Ok(w)
+    }
+
+    pub fn spec(&self) -> &WorkloadSpec {
+        &self.spec
+    }
+
+    /// Requests handed out so far.
+    pub fn issued(&self) -> u64 {
+        self.issued
+    }
+
+    fn push(&mut self, t: f64, p: Pending) {
+        if self.scheduled >= self.spec.num_requests as u64 {
+            return;
+        }
+        self.scheduled += 1;
+        let seq = self.seq;
+        self.seq += 1;
+        self.pending.insert(seq, (t, p));
+        self.due.push(Reverse((
+            Due {
+                time_bits: time_key(t),
+                seq,
+            },
+            seq,
+        )));
+    }
+
+    /// When the next request is due, if any is known.
+    pub fn next_time(&self) -> Option<f64> {
+        self.due.peek().map(|Reverse((_, seq))| self.pending[seq].0)
+    }
+
+    /// The next request if it is due at or before `now_s`.
+    pub fn pop_due(&mut self, now_s: f64) -> Option<RequestSpec> {
+        let t = self.next_time()?;
+        if t > now_s {
+            return None;
+        }
+        let Reverse((_, seq)) = self.due.pop().expect("peeked");
+        let (t, p) = self.pending.remove(&seq).expect("pending entry");
+        let id = self.issued;
+        self.issued += 1;
+        let req = match p {
+            Pending::Fresh => {
+                if let Arrivals::Open(proc_) = &self.spec.arrivals {
+                    let proc_ = proc_.clone();
+                    if let Some(next) = proc_.next_after(t, &mut self.rng) {
+                        self.push(next, Pending::Fresh);
+                    }
+                }
+                self.fresh(id, t)
+            }
+            Pending::Turn(s) => self.next_turn(id, t, s),
+            Pending::Trace(i) => self.from_trace(id, i),
+        };
+        Some(req)
+    }
+
+    fn pick_group(&mut self) -> Option<usize> {
+        let sp = self.spec.shared_prefix.as_ref()?;
+        let (n, share) = (sp.num_groups, sp.share);
+        (self.rng.gen::<f64>() < share).then(|| self.rng.gen_range(0..n))
+    }
+
+    fn fresh(&mut self, id: u64, t: f64) -> RequestSpec {
+        let group = self.pick_group();
+        let mut prompt = Vec::new();
+        if let Some(g) = group {
+            prompt.extend_from_slice(&self.group_tokens[g]);
+        }
+        let n = self.spec.input_len.sample(&mut self.rng);
+        synth_tokens(0x1000_0000_0000 + id, n, &mut prompt);
+        let max_tokens = self.spec.output_len.sample(&mut self.rng);
+        let mut session = None;
+        if let Some(s) = &self.spec.sessions {
+            let turns = s.turns.sample(&mut self.rng).max(1) as u32;
+            let sid = self.next_session;
+            self.next_session += 1;
+            if turns > 1 {
+                self.sessions.insert(
+                    sid,
+                    SessionState {
+                        turns_left: turns - 1,
+                        turn: 0,
+                        history: prompt.clone(),
+                    },
+                );
+            }
+            session = Some(sid);
+        }
+        RequestSpec {
+            id,
+            arrival_time_s: t,
+            prompt_token_ids: prompt,
+            max_tokens,
+            session,
+            turn: 0,
+        }
+    }
+
+    fn next_turn(&mut self, id: u64, t: f64, sid: u64) -> RequestSpec {
+        let st = self.sessions.get_mut(&sid).expect("live session");
+        st.turn += 1;
+        st.turns_left -= 1;
+        let mut prompt = st.history.clone();
+        let n = self.spec.input_len.sample(&mut self.rng);
+        synth_tokens(0x2000_0000_0000 + id, n, &mut prompt);
+        let max_tokens = self.spec.output_len.sample(&mut self.rng);
+        let st = self.sessions.get_mut(&sid).expect("live session");
+        st.history.clone_from(&prompt);
+        let turn = st.turn;
+        RequestSpec {
+            id,
+            arrival_time_s: t,
+            prompt_token_ids: prompt,
+            max_tokens,
+            session: Some(sid),
+            turn,
+        }
+    }
+
+    fn from_trace(&mut self, id: u64, i: usize) -> RequestSpec {
+        let Arrivals::Trace(records) = &self.spec.arrivals else {
+            unreachable!("trace pending only with trace arrivals")
+        };
+        let r = &records[i];
+        let mut prompt = Vec::with_capacity(r.input_len);
+        match &r.content {
+            TraceContent::Unique => synth_tokens(0x3000_0000_0000 + id, r.input_len, &mut prompt),
+            TraceContent::Tokens(t) => prompt.extend_from_slice(t),
+            TraceContent::PrefixGroup { group, prefix_len } => {
+                let key = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+                synth_tokens(key, *prefix_len, &mut prompt);
+                synth_tokens(0x3000_0000_0000 + id, r.input_len - prefix_len, &mut prompt);
+            }
+            TraceContent::Blocks { hash_ids, block_tokens } => {
+                for (b, h) in hash_ids.iter().enumerate() {
+                    let n = (*block_tokens).min(r.input_len - b * block_tokens);
+                    synth_tokens(0x4000_0000_0000 + h, n, &mut prompt);
+                }
+            }
+        }
+        RequestSpec {
+            id,
+            arrival_time_s: r.arrival_time_s,
+            prompt_token_ids: prompt,
+            max_tokens: r.output_len,
+            session: None,
+            turn: 0,
+        }
+    }
+
+    /// A request ended at `now_s` with these output tokens (`None` if it was rejected or
+    /// aborted: its session ends). Schedules closed-loop follow-ups and next turns.
+    pub fn on_finished(&mut self, req: &RequestSpec, output_tokens: Option<&[u32]>, now_s: f64) {
+        let mut continued = false;
+        if let (Some(sid), Some(out)) = (req.session, output_tokens) {
+            if let Some(st) = self.sessions.get_mut(&sid) {
+                if st.turns_left > 0 {
+                    st.history.extend_from_slice(out);
+                    let think = self.spec.sessions.as_ref().map_or(0.0, |s| s.think_time_s);
+                    let gap = if think > 0.0 {
+                        -self.rng.gen::<f64>().max(f64::MIN_POSITIVE).ln() * think
+                    } else {
+                        0.0
+                    };
+                    self.push(now_s + gap, Pending::Turn(sid));
+                    continued = true;
+                } else {
+                    self.sessions.remove(&sid);
+                }
+            }
+        } else if let Some(sid) = req.session {
+            self.sessions.remove(&sid);
+        }
+        if !continued && matches!(self.spec.arrivals, Arrivals::Closed { .. }) {
+            self.push(now_s, Pending::Fresh);
+        }
+    }
+
+    /// Nothing more will ever arrive (no due requests and none can follow).
+    pub fn is_exhausted(&self) -> bool {
+        let closed = matches!(self.spec.arrivals, Arrivals::Closed { .. });
+        self.due.is_empty()
+            && (self.scheduled >= self.spec.num_requests as u64 || (self.sessions.is_empty() && !closed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(arrivals: Arrivals) -> WorkloadSpec {
+        WorkloadSpec {
+            arrivals,
+            input_len: LengthDist::Fixed(20),
+            output_len: LengthDist::Fixed(4),
+            num_requests: 50,
+            shared_prefix: Some(SharedPrefix {
+                num_groups: 2,
+                prefix_len: 8,
+                share: 1.0,
+            }),
+            sessions: None,
+            seed: 3,
+        }
+    }
+
+    #[test]
+    fn poisson_rate_and_determinism() {
+        let open = Arrivals::Open(ArrivalProcess {
+            shape: ArrivalShape::Poisson,
+            rate: RateProfile::Constant(10.0),
+        });
+        let mut a = Workload::new(WorkloadSpec { num_requests: 5000, ..spec(open.clone()) }).unwrap();
+        let mut b = Workload::new(WorkloadSpec { num_requests: 5000, ..spec(open) }).unwrap();
+        let mut last = 0.0;
+        let mut n = 0;
+        while let Some(r) = a.pop_due(f64::INFINITY) {
+            assert_eq!(Some(&r), b.pop_due(f64::INFINITY).as_ref());
+            assert!(r.arrival_time_s >= last);
+            last = r.arrival_time_s;
+            assert_eq!(r.prompt_token_ids.len(), 28);
+            n += 1;
+        }
+        assert_eq!(n, 5000);
+        let rate = 5000.0 / last;
+        assert!((rate - 10.0).abs() < 0.6, "rate {rate}");
+    }
+
+    #[test]
+    fn closed_loop_and_sessions_reuse_history() {
+        let mut s = spec(Arrivals::Closed { concurrency: 2 });
+        s.sessions = Some(Sessions {
+            turns: LengthDist::Fixed(3),
+            think_time_s: 0.0,
+        });
+        let mut w = Workload::new(s).unwrap();
+        let r0 = w.pop_due(0.0).unwrap();
+        let r1 = w.pop_due(0.0).unwrap();
+        assert!(w.pop_due(0.0).is_none(), "only 2 clients");
+        w.on_finished(&r0, Some(&[9, 9, 9, 9]), 1.0);
+        let r2 = w.pop_due(1.0).unwrap();
+        assert_eq!(r2.session, r0.session);
+        assert_eq!(r2.turn, 1);
+        let mut expect = r0.prompt_token_ids.clone();
+        expect.extend_from_slice(&[9, 9, 9, 9]);
+        assert_eq!(&r2.prompt_token_ids[..expect.len()], &expect[..]);
+        // share = 1.0: every prompt starts with one of the two 8-token group prefixes.
+        let groups = [r0.prompt_token_ids[..8].to_vec(), r1.prompt_token_ids[..8].to_vec()];
+        assert!(groups.iter().all(|g| g.len() == 8));
+        assert_ne!(r0.prompt_token_ids[8..], r1.prompt_token_ids[8..]);
+    }
+}
