@@ -6,15 +6,24 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq)]
 pub enum CostError {
     /// A GPU name that no catalog entry or alias matches.
-    UnknownGpu { name: String, valid: Vec<&'static str> },
+    UnknownGpu {
+        name: String,
+        valid: Vec<&'static str>,
+    },
     /// A model name / HF id that no catalog entry matches.
-    UnknownModel { name: String, valid: Vec<&'static str> },
+    UnknownModel {
+        name: String,
+        valid: Vec<&'static str>,
+    },
     /// A required field is absent from a Hugging Face `config.json`.
     MissingField { field: String },
     /// A field is present but has the wrong type or an impossible value.
     InvalidField { field: String, reason: String },
     /// The JSON text itself does not parse.
-    Json { context: &'static str, reason: String },
+    Json {
+        context: &'static str,
+        reason: String,
+    },
     /// A combination vLLM would reject before profiling (names the option).
     InvalidConfig { field: &'static str, reason: String },
     /// vLLM 0.34 startup failure reproduced by the memory plan; `message` is vLLM's own text.
@@ -49,7 +58,10 @@ impl CostError {
     }
 
     pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        CostError::InvalidField { field: field.into(), reason: reason.into() }
+        CostError::InvalidField {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -60,7 +72,11 @@ impl fmt::Display for CostError {
                 write!(f, "unknown GPU `{name}`; valid names: {}", valid.join(", "))
             }
             CostError::UnknownModel { name, valid } => {
-                write!(f, "unknown model `{name}`; valid names: {}", valid.join(", "))
+                write!(
+                    f,
+                    "unknown model `{name}`; valid names: {}",
+                    valid.join(", ")
+                )
             }
             CostError::MissingField { field } => {
                 write!(f, "config.json is missing required field `{field}`")

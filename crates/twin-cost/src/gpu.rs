@@ -71,7 +71,8 @@ impl GpuSpec {
 
     /// FP8 tensor-core peak, falling back to BF16 where the GPU has none.
     pub fn fp8_or_bf16_flops_per_s(&self) -> f64 {
-        self.fp8_dense_flops_per_s.unwrap_or(self.bf16_dense_flops_per_s)
+        self.fp8_dense_flops_per_s
+            .unwrap_or(self.bf16_dense_flops_per_s)
     }
 
     /// All-reduce link bandwidth for a TP group of `n` GPUs (unidirectional, bytes/s).
@@ -356,7 +357,10 @@ fn normalise(name: &str) -> String {
     let stripped = lower.strip_prefix("nvidia").unwrap_or(&lower);
     let stripped = stripped.trim_start_matches([' ', '-', '_']);
     let stripped = stripped.strip_prefix("amd").unwrap_or(stripped);
-    stripped.chars().filter(char::is_ascii_alphanumeric).collect()
+    stripped
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect()
 }
 
 /// Look a GPU up by a forgiving name: `h100`, `H100-SXM`, `h100_sxm`, `NVIDIA H100 80GB HBM3`,
@@ -364,9 +368,9 @@ fn normalise(name: &str) -> String {
 pub fn lookup(name: &str) -> Result<&'static GpuSpec, CostError> {
     let n = normalise(name);
     let key = ALIASES.iter().find(|(a, _)| *a == n).map(|(_, k)| *k);
-    let found = GPUS.iter().find(|g| {
-        key == Some(g.key) || normalise(g.key) == n || normalise(g.device_name) == n
-    });
+    let found = GPUS
+        .iter()
+        .find(|g| key == Some(g.key) || normalise(g.key) == n || normalise(g.device_name) == n);
     found.ok_or_else(|| CostError::UnknownGpu {
         name: name.to_string(),
         valid: GPUS.iter().map(|g| g.key).collect(),
@@ -379,7 +383,13 @@ mod tests {
 
     #[test]
     fn forgiving_names() {
-        for n in ["h100", "H100-SXM", "h100_sxm", "NVIDIA H100 80GB HBM3", " H100 SXM5 "] {
+        for n in [
+            "h100",
+            "H100-SXM",
+            "h100_sxm",
+            "NVIDIA H100 80GB HBM3",
+            " H100 SXM5 ",
+        ] {
             assert_eq!(lookup(n).unwrap().key, "h100-sxm", "{n}");
         }
         assert_eq!(lookup("A100 40GB").unwrap().key, "a100-40gb");
@@ -402,7 +412,12 @@ mod tests {
     #[test]
     fn ridge_points_match_reference() {
         // hardware-and-models.md §1.3 ridge table (BF16 FLOP per HBM byte).
-        for (k, ridge) in [("h100", 295.0), ("h200", 206.0), ("a100", 153.0), ("b200", 281.0)] {
+        for (k, ridge) in [
+            ("h100", 295.0),
+            ("h200", 206.0),
+            ("a100", 153.0),
+            ("b200", 281.0),
+        ] {
             let g = lookup(k).unwrap();
             let r = g.bf16_dense_flops_per_s / g.hbm_bandwidth_bytes_per_s;
             assert!((r - ridge).abs() / ridge < 0.01, "{k}: {r}");

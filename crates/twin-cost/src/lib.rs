@@ -1,1 +1,52 @@
-//! placeholder
+//! `twin-cost`: everything vllm-twin knows about the GPU and the model, as pure deterministic
+//! functions (no clock, no global state, no I/O beyond parsing `config.json` text handed in).
+//!
+//! - [`gpu`]: catalog of accelerators (peak FLOP/s, HBM bandwidth, links, TDP, measured GEMM
+//!   efficiency), looked up by forgiving names.
+//! - [`model`]: catalog of the architectures vLLM is benchmarked on, plus
+//!   [`model::from_hf_config_json`] for any Hugging Face `config.json`.
+//! - [`memory_plan`]: what `vllm serve` 0.34 does before serving: default resolution
+//!   (`get_batch_defaults`, block size, CUDA-graph sizes), weights / activation / graph bytes,
+//!   KV pool, `num_gpu_blocks`, max concurrency, and the max-model-len fit check with vLLM's
+//!   own error text.
+//! - [`roofline`]: [`CostModel::step_time_s`], the time of one engine step for a
+//!   [`BatchShape`], with a breakdown and DCGM-style utilisation.
+//! - [`spec_decode`]: `--speculative-config` parsing and the acceptance model.
+//! - [`calibration`]: predictions for the published vLLM points (tests, docs/cost-model.md).
+//!
+//! Typical use from the simulator:
+//! ```
+//! use twin_cost::{gpu, model, plan_memory, BatchShape, CostModel, ServeConfig};
+//! let m = model::lookup("meta-llama/Llama-3.1-8B-Instruct").unwrap();
+//! let g = gpu::lookup("h100").unwrap();
+//! let plan = plan_memory(&m, g, &ServeConfig::default()).unwrap();
+//! let cost = CostModel::from_plan(&m, g, &plan).unwrap();
+//! let mut batch = BatchShape::with_capacity(plan.config.max_num_seqs as usize);
+//! batch.push_decode(1000);
+//! let step = cost.step_time_s(&batch);
+//! assert!(step.step_time_s > 0.005 && step.step_time_s < 0.009);
+//! ```
+
+pub mod calibration;
+pub mod error;
+pub mod gpu;
+pub mod memory_plan;
+pub mod model;
+pub mod precision;
+pub mod roofline;
+pub mod spec_decode;
+pub mod units;
+
+pub use error::{CostError, StartupErrorKind};
+pub use gpu::GpuSpec;
+pub use memory_plan::{
+    batch_defaults, cudagraph_capture_sizes, default_block_size, plan_memory, BatchDefaults,
+    MaxModelLen, MemoryPlan, PerformanceMode, RankMemory, ResolvedServeConfig, ServeConfig,
+    UsageContext,
+};
+pub use model::{from_hf_config_json, ModelSpec};
+pub use precision::{KvCacheDtype, WeightFormat};
+pub use roofline::{
+    BatchShape, CostModel, GraphMode, SeqChunk, StepBreakdown, StepCost, Utilisation,
+};
+pub use spec_decode::{SpecDecodeConfig, SpecMethod};

@@ -94,7 +94,10 @@ impl ModelSpec {
     }
 
     pub fn is_sliding(&self, layer: u32) -> bool {
-        self.sliding_layers.get(layer as usize).copied().unwrap_or(false)
+        self.sliding_layers
+            .get(layer as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     pub fn num_sliding_layers(&self) -> u32 {
@@ -111,14 +114,17 @@ impl ModelSpec {
     }
 
     pub fn num_moe_layers(&self) -> u32 {
-        self.moe.map_or(0, |m| self.num_layers.saturating_sub(m.first_dense_layers))
+        self.moe
+            .map_or(0, |m| self.num_layers.saturating_sub(m.first_dense_layers))
     }
 
     /// Query projection width (heads x per-head q/k dim).
     pub fn q_dim(&self) -> u64 {
         match &self.attention {
             Attention::Gqa => self.num_attention_heads * self.head_dim,
-            Attention::Mla(m) => self.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim),
+            Attention::Mla(m) => {
+                self.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+            }
         }
     }
 
@@ -141,7 +147,11 @@ impl ModelSpec {
             Attention::Gqa => {
                 let q = self.q_dim();
                 let kv = self.kv_dim();
-                let bias = if self.attention_bias { q + 2 * kv + h } else { 0 };
+                let bias = if self.attention_bias {
+                    q + 2 * kv + h
+                } else {
+                    0
+                };
                 h * q + 2 * h * kv + q * h + bias
             }
             Attention::Mla(m) => {
@@ -167,7 +177,11 @@ impl ModelSpec {
     /// One routed expert (gate+up+down, biases for gpt-oss).
     pub fn expert_params(&self) -> u64 {
         self.moe.map_or(0, |m| {
-            let bias = if m.expert_bias { 2 * m.expert_intermediate_size + self.hidden_size } else { 0 };
+            let bias = if m.expert_bias {
+                2 * m.expert_intermediate_size + self.hidden_size
+            } else {
+                0
+            };
             3 * self.hidden_size * m.expert_intermediate_size + bias
         })
     }
@@ -175,8 +189,10 @@ impl ModelSpec {
     /// Shared experts + router of one MoE layer (always read, dense).
     pub fn moe_dense_params_per_layer(&self) -> u64 {
         self.moe.map_or(0, |m| {
-            let shared = m.num_shared_experts * 3 * self.hidden_size * m.shared_expert_intermediate_size;
-            let router = self.hidden_size * m.num_experts + if m.expert_bias { m.num_experts } else { 0 };
+            let shared =
+                m.num_shared_experts * 3 * self.hidden_size * m.shared_expert_intermediate_size;
+            let router =
+                self.hidden_size * m.num_experts + if m.expert_bias { m.num_experts } else { 0 };
             shared + router
         })
     }
@@ -220,7 +236,8 @@ impl ModelSpec {
             total += self.attention_params_per_layer();
             if self.is_moe_layer(l) {
                 let m = self.moe.expect("moe layer implies moe spec");
-                total += m.experts_per_token * self.expert_params() + self.moe_dense_params_per_layer();
+                total +=
+                    m.experts_per_token * self.expert_params() + self.moe_dense_params_per_layer();
             } else {
                 total += self.dense_mlp_params();
             }
@@ -238,7 +255,19 @@ struct Entry {
     build: fn() -> ModelSpec,
 }
 
-fn dense(name: &str, model_type: &str, layers: u32, h: u64, heads: u64, kv: u64, inter: u64, vocab: u64, max_pos: u64) -> ModelSpec {
+// Catalog rows read best as one positional call per model.
+#[allow(clippy::too_many_arguments)]
+fn dense(
+    name: &str,
+    model_type: &str,
+    layers: u32,
+    h: u64,
+    heads: u64,
+    kv: u64,
+    inter: u64,
+    vocab: u64,
+    max_pos: u64,
+) -> ModelSpec {
     ModelSpec {
         name: name.to_string(),
         model_type: model_type.to_string(),
@@ -278,7 +307,10 @@ fn gpt_oss(name: &str, layers: u32, experts: u64) -> ModelSpec {
     let mut m = dense(name, "gpt_oss", layers, 2880, 64, 8, 2880, 201_088, 131_072);
     m.head_dim = 64;
     m.attention_bias = true;
-    m.moe = Some(MoeSpec { expert_bias: true, ..moe(experts, 4, 2880).expect("some") });
+    m.moe = Some(MoeSpec {
+        expert_bias: true,
+        ..moe(experts, 4, 2880).expect("some")
+    });
     m.sliding_window = Some(128);
     // layer_types alternate sliding / full, starting with sliding.
     m.sliding_layers = (0..layers).map(|l| l % 2 == 0).collect();
@@ -288,25 +320,100 @@ fn gpt_oss(name: &str, layers: u32, experts: u64) -> ModelSpec {
 
 static CATALOG: &[Entry] = &[
     Entry {
-        aliases: &["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B", "llama-3.1-8b", "llama3.1-8b", "llama-8b"],
-        build: || dense("meta-llama/Llama-3.1-8B-Instruct", "llama", 32, 4096, 32, 8, 14336, 128_256, 131_072),
+        aliases: &[
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "meta-llama/Llama-3.1-8B",
+            "meta-llama/Meta-Llama-3.1-8B-Instruct",
+            "meta-llama/Meta-Llama-3.1-8B",
+            "llama-3.1-8b",
+            "llama3.1-8b",
+            "llama-8b",
+        ],
+        build: || {
+            dense(
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "llama",
+                32,
+                4096,
+                32,
+                8,
+                14336,
+                128_256,
+                131_072,
+            )
+        },
     },
     Entry {
-        aliases: &["meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b", "llama3.1-70b", "llama-3.3-70b", "llama-70b"],
-        build: || dense("meta-llama/Llama-3.1-70B-Instruct", "llama", 80, 8192, 64, 8, 28672, 128_256, 131_072),
+        aliases: &[
+            "meta-llama/Llama-3.1-70B-Instruct",
+            "meta-llama/Llama-3.1-70B",
+            "meta-llama/Meta-Llama-3.1-70B-Instruct",
+            "meta-llama/Llama-3.3-70B-Instruct",
+            "llama-3.1-70b",
+            "llama3.1-70b",
+            "llama-3.3-70b",
+            "llama-70b",
+        ],
+        build: || {
+            dense(
+                "meta-llama/Llama-3.1-70B-Instruct",
+                "llama",
+                80,
+                8192,
+                64,
+                8,
+                28672,
+                128_256,
+                131_072,
+            )
+        },
     },
     Entry {
         aliases: &["Qwen/Qwen3-8B", "qwen3-8b"],
-        build: || dense("Qwen/Qwen3-8B", "qwen3", 36, 4096, 32, 8, 12288, 151_936, 40_960),
+        build: || {
+            dense(
+                "Qwen/Qwen3-8B",
+                "qwen3",
+                36,
+                4096,
+                32,
+                8,
+                12288,
+                151_936,
+                40_960,
+            )
+        },
     },
     Entry {
         aliases: &["Qwen/Qwen3-32B", "qwen3-32b"],
-        build: || dense("Qwen/Qwen3-32B", "qwen3", 64, 5120, 64, 8, 25600, 151_936, 40_960),
+        build: || {
+            dense(
+                "Qwen/Qwen3-32B",
+                "qwen3",
+                64,
+                5120,
+                64,
+                8,
+                25600,
+                151_936,
+                40_960,
+            )
+        },
     },
     Entry {
         aliases: &["Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", "qwen3-30b"],
         build: || {
-            let mut m = dense("Qwen/Qwen3-30B-A3B", "qwen3_moe", 48, 2048, 32, 4, 6144, 151_936, 40_960);
+            let mut m = dense(
+                "Qwen/Qwen3-30B-A3B",
+                "qwen3_moe",
+                48,
+                2048,
+                32,
+                4,
+                6144,
+                151_936,
+                40_960,
+            );
             m.moe = moe(128, 8, 768);
             m
         },
@@ -314,36 +421,108 @@ static CATALOG: &[Entry] = &[
     Entry {
         aliases: &["Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", "qwen3-235b"],
         build: || {
-            let mut m = dense("Qwen/Qwen3-235B-A22B", "qwen3_moe", 94, 4096, 64, 4, 12288, 151_936, 40_960);
+            let mut m = dense(
+                "Qwen/Qwen3-235B-A22B",
+                "qwen3_moe",
+                94,
+                4096,
+                64,
+                4,
+                12288,
+                151_936,
+                40_960,
+            );
             m.moe = moe(128, 8, 1536);
             m
         },
     },
     Entry {
-        aliases: &["mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-v0.3", "mistral-7b", "mistral-7b-v0.3"],
-        build: || dense("mistralai/Mistral-7B-Instruct-v0.3", "mistral", 32, 4096, 32, 8, 14336, 32_768, 32_768),
+        aliases: &[
+            "mistralai/Mistral-7B-Instruct-v0.3",
+            "mistralai/Mistral-7B-v0.3",
+            "mistral-7b",
+            "mistral-7b-v0.3",
+        ],
+        build: || {
+            dense(
+                "mistralai/Mistral-7B-Instruct-v0.3",
+                "mistral",
+                32,
+                4096,
+                32,
+                8,
+                14336,
+                32_768,
+                32_768,
+            )
+        },
     },
     Entry {
-        aliases: &["mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b-v0.1"],
+        aliases: &[
+            "mistralai/Mistral-7B-v0.1",
+            "mistralai/Mistral-7B-Instruct-v0.1",
+            "mistral-7b-v0.1",
+        ],
         build: || {
-            let mut m = dense("mistralai/Mistral-7B-v0.1", "mistral", 32, 4096, 32, 8, 14336, 32_000, 32_768);
+            let mut m = dense(
+                "mistralai/Mistral-7B-v0.1",
+                "mistral",
+                32,
+                4096,
+                32,
+                8,
+                14336,
+                32_000,
+                32_768,
+            );
             m.sliding_window = Some(4096);
             m.sliding_layers = vec![true; 32];
             m
         },
     },
     Entry {
-        aliases: &["mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b", "mixtral"],
+        aliases: &[
+            "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            "mistralai/Mixtral-8x7B-v0.1",
+            "mixtral-8x7b",
+            "mixtral",
+        ],
         build: || {
-            let mut m = dense("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral", 32, 4096, 32, 8, 14336, 32_000, 32_768);
+            let mut m = dense(
+                "mistralai/Mixtral-8x7B-Instruct-v0.1",
+                "mixtral",
+                32,
+                4096,
+                32,
+                8,
+                14336,
+                32_000,
+                32_768,
+            );
             m.moe = moe(8, 2, 14336);
             m
         },
     },
     Entry {
-        aliases: &["deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-R1", "deepseek-v3", "deepseek-r1"],
+        aliases: &[
+            "deepseek-ai/DeepSeek-V3",
+            "deepseek-ai/DeepSeek-V3-0324",
+            "deepseek-ai/DeepSeek-R1",
+            "deepseek-v3",
+            "deepseek-r1",
+        ],
         build: || {
-            let mut m = dense("deepseek-ai/DeepSeek-V3", "deepseek_v3", 61, 7168, 128, 128, 18432, 129_280, 163_840);
+            let mut m = dense(
+                "deepseek-ai/DeepSeek-V3",
+                "deepseek_v3",
+                61,
+                7168,
+                128,
+                128,
+                18432,
+                129_280,
+                163_840,
+            );
             m.head_dim = 192;
             m.attention = Attention::Mla(MlaSpec {
                 kv_lora_rank: 512,
@@ -375,7 +554,11 @@ static CATALOG: &[Entry] = &[
 ];
 
 fn normalise(name: &str) -> String {
-    name.trim().to_ascii_lowercase().chars().filter(char::is_ascii_alphanumeric).collect()
+    name.trim()
+        .to_ascii_lowercase()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect()
 }
 
 /// Primary HF ids of the catalog, in order.
@@ -403,7 +586,10 @@ pub fn lookup(name: &str) -> Result<ModelSpec, CostError> {
             }
         }
     }
-    Err(CostError::UnknownModel { name: name.to_string(), valid: catalog_names() })
+    Err(CostError::UnknownModel {
+        name: name.to_string(),
+        valid: catalog_names(),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -417,14 +603,19 @@ fn get_u64(cfg: &Value, field: &str) -> Result<Option<u64>, CostError> {
             Some(n) => Ok(Some(n)),
             None => match v.as_f64() {
                 Some(f) if f >= 0.0 && f.fract() == 0.0 => Ok(Some(f as u64)),
-                _ => Err(CostError::invalid(field, format!("expected a non-negative integer, got {v}"))),
+                _ => Err(CostError::invalid(
+                    field,
+                    format!("expected a non-negative integer, got {v}"),
+                )),
             },
         },
     }
 }
 
 fn req_u64(cfg: &Value, field: &str) -> Result<u64, CostError> {
-    get_u64(cfg, field)?.ok_or_else(|| CostError::MissingField { field: field.to_string() })
+    get_u64(cfg, field)?.ok_or_else(|| CostError::MissingField {
+        field: field.to_string(),
+    })
 }
 
 fn first_u64(cfg: &Value, fields: &[&str]) -> Result<Option<u64>, CostError> {
@@ -440,7 +631,10 @@ fn get_bool(cfg: &Value, field: &str) -> Result<Option<bool>, CostError> {
     match cfg.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(v) => Err(CostError::invalid(field, format!("expected a boolean, got {v}"))),
+        Some(v) => Err(CostError::invalid(
+            field,
+            format!("expected a boolean, got {v}"),
+        )),
     }
 }
 
@@ -453,14 +647,18 @@ fn nonzero(field: &str, v: u64) -> Result<u64, CostError> {
 }
 
 fn quant_formats(cfg: &Value) -> Result<Option<(WeightFormat, WeightFormat)>, CostError> {
-    let Some(q) = cfg.get("quantization_config") else { return Ok(None) };
+    let Some(q) = cfg.get("quantization_config") else {
+        return Ok(None);
+    };
     if q.is_null() {
         return Ok(None);
     }
     let method = q
         .get("quant_method")
         .and_then(Value::as_str)
-        .ok_or_else(|| CostError::MissingField { field: "quantization_config.quant_method".into() })?
+        .ok_or_else(|| CostError::MissingField {
+            field: "quantization_config.quant_method".into(),
+        })?
         .to_ascii_lowercase();
     let f = match method.as_str() {
         "mxfp4" => return Ok(Some((WeightFormat::Bf16, WeightFormat::Mxfp4))),
@@ -496,10 +694,15 @@ fn quant_formats(cfg: &Value) -> Result<Option<(WeightFormat, WeightFormat)>, Co
 /// through their `text_config`. Missing required fields produce [`CostError::MissingField`]
 /// naming the field.
 pub fn from_hf_config_json(json: &str) -> Result<ModelSpec, CostError> {
-    let root: Value = serde_json::from_str(json)
-        .map_err(|e| CostError::Json { context: "config.json", reason: e.to_string() })?;
+    let root: Value = serde_json::from_str(json).map_err(|e| CostError::Json {
+        context: "config.json",
+        reason: e.to_string(),
+    })?;
     if !root.is_object() {
-        return Err(CostError::Json { context: "config.json", reason: "top level is not an object".into() });
+        return Err(CostError::Json {
+            context: "config.json",
+            reason: "top level is not an object".into(),
+        });
     }
     let cfg = match root.get("text_config") {
         Some(t) if t.is_object() => t,
@@ -509,20 +712,38 @@ pub fn from_hf_config_json(json: &str) -> Result<ModelSpec, CostError> {
         .get("_name_or_path")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-        .or_else(|| root.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str))
+        .or_else(|| {
+            root.get("architectures")
+                .and_then(|a| a.get(0))
+                .and_then(Value::as_str)
+        })
         .unwrap_or("custom-model")
         .to_string();
-    let model_type = cfg.get("model_type").and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let model_type = cfg
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_string();
 
     let layers_u64 = nonzero("num_hidden_layers", req_u64(cfg, "num_hidden_layers")?)?;
-    let num_layers = u32::try_from(layers_u64).map_err(|_| CostError::invalid("num_hidden_layers", "too large"))?;
+    let num_layers = u32::try_from(layers_u64)
+        .map_err(|_| CostError::invalid("num_hidden_layers", "too large"))?;
     let hidden = nonzero("hidden_size", req_u64(cfg, "hidden_size")?)?;
     let heads = nonzero("num_attention_heads", req_u64(cfg, "num_attention_heads")?)?;
-    let kv_heads = nonzero("num_key_value_heads", get_u64(cfg, "num_key_value_heads")?.unwrap_or(heads))?;
+    let kv_heads = nonzero(
+        "num_key_value_heads",
+        get_u64(cfg, "num_key_value_heads")?.unwrap_or(heads),
+    )?;
     let vocab = nonzero("vocab_size", req_u64(cfg, "vocab_size")?)?;
-    let max_pos = nonzero("max_position_embeddings", req_u64(cfg, "max_position_embeddings")?)?;
-    let tie = get_bool(cfg, "tie_word_embeddings")?.or(get_bool(&root, "tie_word_embeddings")?).unwrap_or(false);
-    let attention_bias = get_bool(cfg, "attention_bias")?.unwrap_or(false) || model_type.starts_with("qwen2");
+    let max_pos = nonzero(
+        "max_position_embeddings",
+        req_u64(cfg, "max_position_embeddings")?,
+    )?;
+    let tie = get_bool(cfg, "tie_word_embeddings")?
+        .or(get_bool(&root, "tie_word_embeddings")?)
+        .unwrap_or(false);
+    let attention_bias =
+        get_bool(cfg, "attention_bias")?.unwrap_or(false) || model_type.starts_with("qwen2");
 
     let attention = match get_u64(cfg, "kv_lora_rank")? {
         Some(kv_lora) => Attention::Mla(MlaSpec {
@@ -540,36 +761,71 @@ pub fn from_hf_config_json(json: &str) -> Result<ModelSpec, CostError> {
             Some(d) => nonzero("head_dim", d)?,
             None => {
                 if hidden % heads != 0 {
-                    return Err(CostError::invalid("head_dim", "absent and hidden_size is not divisible by num_attention_heads"));
+                    return Err(CostError::invalid(
+                        "head_dim",
+                        "absent and hidden_size is not divisible by num_attention_heads",
+                    ));
                 }
                 hidden / heads
             }
         },
     };
 
-    let num_experts = first_u64(cfg, &["num_local_experts", "n_routed_experts", "num_experts"])?.filter(|e| *e > 1);
+    let num_experts = first_u64(
+        cfg,
+        &["num_local_experts", "n_routed_experts", "num_experts"],
+    )?
+    .filter(|e| *e > 1);
     let intermediate = match get_u64(cfg, "intermediate_size")? {
         Some(i) => i,
         None if num_experts.is_some() => 0,
-        None => return Err(CostError::MissingField { field: "intermediate_size".into() }),
+        None => {
+            return Err(CostError::MissingField {
+                field: "intermediate_size".into(),
+            })
+        }
     };
     let moe = match num_experts {
         None => None,
         Some(e) => {
-            let top_k = first_u64(cfg, &["num_experts_per_tok", "experts_per_token", "num_experts_per_token"])?
-                .ok_or_else(|| CostError::MissingField { field: "num_experts_per_tok".into() })?;
+            let top_k = first_u64(
+                cfg,
+                &[
+                    "num_experts_per_tok",
+                    "experts_per_token",
+                    "num_experts_per_token",
+                ],
+            )?
+            .ok_or_else(|| CostError::MissingField {
+                field: "num_experts_per_tok".into(),
+            })?;
             if top_k == 0 || top_k > e {
-                return Err(CostError::invalid("num_experts_per_tok", format!("must be in 1..={e}, got {top_k}")));
+                return Err(CostError::invalid(
+                    "num_experts_per_tok",
+                    format!("must be in 1..={e}, got {top_k}"),
+                ));
             }
             let expert_inter = match get_u64(cfg, "moe_intermediate_size")? {
                 Some(v) => v,
                 None if intermediate > 0 => intermediate,
-                None => return Err(CostError::MissingField { field: "moe_intermediate_size".into() }),
+                None => {
+                    return Err(CostError::MissingField {
+                        field: "moe_intermediate_size".into(),
+                    })
+                }
             };
             let shared = get_u64(cfg, "n_shared_experts")?.unwrap_or(0);
-            let shared_inter = get_u64(cfg, "shared_expert_intermediate_size")?.unwrap_or(expert_inter);
-            let shared = if get_u64(cfg, "shared_expert_intermediate_size")?.is_some() && shared == 0 { 1 } else { shared };
-            let first_dense = get_u64(cfg, "first_k_dense_replace")?.unwrap_or(0).min(layers_u64) as u32;
+            let shared_inter =
+                get_u64(cfg, "shared_expert_intermediate_size")?.unwrap_or(expert_inter);
+            let shared =
+                if get_u64(cfg, "shared_expert_intermediate_size")?.is_some() && shared == 0 {
+                    1
+                } else {
+                    shared
+                };
+            let first_dense = get_u64(cfg, "first_k_dense_replace")?
+                .unwrap_or(0)
+                .min(layers_u64) as u32;
             Some(MoeSpec {
                 num_experts: e,
                 experts_per_token: top_k,
@@ -582,29 +838,46 @@ pub fn from_hf_config_json(json: &str) -> Result<ModelSpec, CostError> {
         }
     };
     if moe.is_some_and(|m| m.first_dense_layers > 0) && intermediate == 0 {
-        return Err(CostError::MissingField { field: "intermediate_size".into() });
+        return Err(CostError::MissingField {
+            field: "intermediate_size".into(),
+        });
     }
 
     // Sliding window: explicit per-layer `layer_types`, else all layers when `sliding_window`
     // is set and not disabled by `use_sliding_window: false` (Qwen2/3).
     let use_sw = get_bool(cfg, "use_sliding_window")?.unwrap_or(true);
-    let window = if use_sw { get_u64(cfg, "sliding_window")?.filter(|w| *w > 0) } else { None };
+    let window = if use_sw {
+        get_u64(cfg, "sliding_window")?.filter(|w| *w > 0)
+    } else {
+        None
+    };
     let mut sliding_layers = Vec::new();
     if let Some(Value::Array(types)) = cfg.get("layer_types") {
         if types.len() != num_layers as usize {
-            return Err(CostError::invalid("layer_types", format!("has {} entries for {num_layers} layers", types.len())));
+            return Err(CostError::invalid(
+                "layer_types",
+                format!("has {} entries for {num_layers} layers", types.len()),
+            ));
         }
         for t in types {
-            let s = t.as_str().ok_or_else(|| CostError::invalid("layer_types", "entries must be strings"))?;
+            let s = t
+                .as_str()
+                .ok_or_else(|| CostError::invalid("layer_types", "entries must be strings"))?;
             sliding_layers.push(s.contains("sliding"));
         }
         if sliding_layers.iter().any(|s| *s) && window.is_none() {
-            return Err(CostError::MissingField { field: "sliding_window".into() });
+            return Err(CostError::MissingField {
+                field: "sliding_window".into(),
+            });
         }
     } else if window.is_some() && window < Some(max_pos) {
         sliding_layers = vec![true; num_layers as usize];
     }
-    let sliding_window = if sliding_layers.iter().any(|s| *s) { window } else { None };
+    let sliding_window = if sliding_layers.iter().any(|s| *s) {
+        window
+    } else {
+        None
+    };
     if sliding_window.is_none() {
         sliding_layers.clear();
     }
@@ -612,7 +885,11 @@ pub fn from_hf_config_json(json: &str) -> Result<ModelSpec, CostError> {
     let (weight_format, expert_weight_format) = match quant_formats(&root)? {
         Some(f) => f,
         None => {
-            let dtype = cfg.get("torch_dtype").or(cfg.get("dtype")).and_then(Value::as_str).unwrap_or("bfloat16");
+            let dtype = cfg
+                .get("torch_dtype")
+                .or(cfg.get("dtype"))
+                .and_then(Value::as_str)
+                .unwrap_or("bfloat16");
             let f = match dtype {
                 "float16" => WeightFormat::Fp16,
                 "float32" => WeightFormat::Fp32,
@@ -671,8 +948,16 @@ mod tests {
         ];
         for (n, total, active) in cases {
             let m = lookup(n).unwrap();
-            assert!((b(m.params_total()) - total).abs() < 0.02 * total.max(1.0) / 10.0 + 0.011, "{n} total {}", b(m.params_total()));
-            assert!((b(m.params_active()) - active).abs() < 0.011 + active * 0.002, "{n} active {}", b(m.params_active()));
+            assert!(
+                (b(m.params_total()) - total).abs() < 0.02 * total.max(1.0) / 10.0 + 0.011,
+                "{n} total {}",
+                b(m.params_total())
+            );
+            assert!(
+                (b(m.params_active()) - active).abs() < 0.011 + active * 0.002,
+                "{n} active {}",
+                b(m.params_active())
+            );
         }
         let oss = lookup("gpt-oss-20b").unwrap();
         assert!((b(oss.params_active_excluding_embedding()) - 3.61).abs() < 0.011);
@@ -735,21 +1020,40 @@ mod tests {
           "max_position_embeddings":163840,"num_nextn_predict_layers":1,
           "quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}}"#;
         let m = from_hf_config_json(ds).unwrap();
-        assert_eq!(m.params_total(), lookup("deepseek-v3").unwrap().params_total());
+        assert_eq!(
+            m.params_total(),
+            lookup("deepseek-v3").unwrap().params_total()
+        );
         assert_eq!(m.mla().unwrap().latent_dim(), 576);
     }
 
     #[test]
     fn missing_and_bad_fields_are_named() {
         let e = from_hf_config_json(r#"{"hidden_size": 4096}"#).unwrap_err();
-        assert_eq!(e, CostError::MissingField { field: "num_hidden_layers".into() });
+        assert_eq!(
+            e,
+            CostError::MissingField {
+                field: "num_hidden_layers".into()
+            }
+        );
         let bad = LLAMA_CFG.replace("\"hidden_size\": 4096", "\"hidden_size\": \"big\"");
         let e = from_hf_config_json(&bad).unwrap_err().to_string();
         assert!(e.contains("hidden_size"), "{e}");
         let zero = LLAMA_CFG.replace("\"num_hidden_layers\": 32", "\"num_hidden_layers\": 0");
-        assert!(from_hf_config_json(&zero).unwrap_err().to_string().contains("num_hidden_layers"));
-        assert!(matches!(from_hf_config_json("[1,2"), Err(CostError::Json { .. })));
+        assert!(from_hf_config_json(&zero)
+            .unwrap_err()
+            .to_string()
+            .contains("num_hidden_layers"));
+        assert!(matches!(
+            from_hf_config_json("[1,2"),
+            Err(CostError::Json { .. })
+        ));
         let no_vocab = LLAMA_CFG.replace("\"vocab_size\": 128256,", "");
-        assert_eq!(from_hf_config_json(&no_vocab).unwrap_err(), CostError::MissingField { field: "vocab_size".into() });
+        assert_eq!(
+            from_hf_config_json(&no_vocab).unwrap_err(),
+            CostError::MissingField {
+                field: "vocab_size".into()
+            }
+        );
     }
 }

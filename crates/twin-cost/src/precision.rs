@@ -95,6 +95,18 @@ impl WeightFormat {
         }
     }
 
+    /// Fraction of the tensor-core GEMM efficiency a compute-bound (prefill) GEMM keeps:
+    /// 4-bit weights without native FP4 math are dequantized to BF16 inside the kernel.
+    pub fn compute_efficiency(self, gpu: &GpuSpec) -> f64 {
+        match self {
+            WeightFormat::Mxfp4 | WeightFormat::Nvfp4 if gpu.fp4_dense_flops_per_s.is_none() => {
+                W4_DEQUANT_COMPUTE_EFFICIENCY
+            }
+            WeightFormat::Awq | WeightFormat::Gptq => W4_DEQUANT_COMPUTE_EFFICIENCY,
+            _ => 1.0,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             WeightFormat::Bf16 => "bf16",
@@ -112,6 +124,9 @@ impl WeightFormat {
 /// [U] Hopper MXFP4/NVFP4 emulated GEMV keeps ~60% of BF16 streaming efficiency; fitted so that
 /// gpt-oss-20b's H100 batch-1 ITL intercept (4.03-4.07 ms, calibration.md A) is reproduced.
 pub const W4_DEQUANT_STREAM_EFFICIENCY: f64 = 0.6;
+/// [D] Prefill GEMMs on dequantized 4-bit weights keep ~75% of the BF16 GEMM rate; fitted to
+/// gpt-oss-20b's H100 20k-token TTFT at the concurrency-8 load point (468.9 ms, calibration.md A).
+pub const W4_DEQUANT_COMPUTE_EFFICIENCY: f64 = 0.75;
 /// [U] Marlin W4A16 reaches ~85% of BF16 GEMV bandwidth at small batch (no local measurement).
 pub const MARLIN_STREAM_EFFICIENCY: f64 = 0.85;
 
@@ -155,11 +170,17 @@ impl KvCacheDtype {
 
     /// True for the FP8 family (halves KV bytes; FP8 decode-attention path).
     pub fn is_fp8(self) -> bool {
-        matches!(self, KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2 | KvCacheDtype::Fp8DsMla)
+        matches!(
+            self,
+            KvCacheDtype::Fp8E4m3 | KvCacheDtype::Fp8E5m2 | KvCacheDtype::Fp8DsMla
+        )
     }
 
     pub fn is_quantized(self) -> bool {
-        !matches!(self, KvCacheDtype::Auto | KvCacheDtype::Bf16 | KvCacheDtype::Fp16)
+        !matches!(
+            self,
+            KvCacheDtype::Auto | KvCacheDtype::Bf16 | KvCacheDtype::Fp16
+        )
     }
 
     /// Bytes per K (or V) element for the dense formats; `None` for packed ones.
@@ -215,7 +236,13 @@ mod tests {
         assert!(e.contains("kv_cache_dtype") && e.contains("fp9"), "{e}");
         let e = WeightFormat::parse("int3").unwrap_err().to_string();
         assert!(e.contains("quantization"), "{e}");
-        assert_eq!(WeightFormat::parse("awq_marlin").unwrap(), WeightFormat::Awq);
-        assert_eq!(WeightFormat::parse("modelopt-fp4").unwrap(), WeightFormat::Nvfp4);
+        assert_eq!(
+            WeightFormat::parse("awq_marlin").unwrap(),
+            WeightFormat::Awq
+        );
+        assert_eq!(
+            WeightFormat::parse("modelopt-fp4").unwrap(),
+            WeightFormat::Nvfp4
+        );
     }
 }

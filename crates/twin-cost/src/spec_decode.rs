@@ -81,7 +81,12 @@ fn opt_u32(v: &Value, field: &'static str) -> Result<Option<u32>, CostError> {
             .and_then(|n| u32::try_from(n).ok())
             .filter(|n| *n > 0)
             .map(Some)
-            .ok_or_else(|| CostError::invalid(format!("speculative_config.{field}"), format!("expected a positive integer, got {x}"))),
+            .ok_or_else(|| {
+                CostError::invalid(
+                    format!("speculative_config.{field}"),
+                    format!("expected a positive integer, got {x}"),
+                )
+            }),
     }
 }
 
@@ -113,10 +118,15 @@ impl SpecDecodeConfig {
     /// when absent (`eagle3`/`eagle` in the name, else `draft_model`). Twin-only optional key
     /// `acceptance_rate`: a number (same for every position) or an array (per position).
     pub fn from_json(json: &str) -> Result<Self, CostError> {
-        let v: Value = serde_json::from_str(json)
-            .map_err(|e| CostError::Json { context: "speculative_config", reason: e.to_string() })?;
+        let v: Value = serde_json::from_str(json).map_err(|e| CostError::Json {
+            context: "speculative_config",
+            reason: e.to_string(),
+        })?;
         if !v.is_object() {
-            return Err(CostError::Json { context: "speculative_config", reason: "expected a JSON object".into() });
+            return Err(CostError::Json {
+                context: "speculative_config",
+                reason: "expected a JSON object".into(),
+            });
         }
         let model = v.get("model").and_then(Value::as_str).map(str::to_string);
         let method = match v.get("method").and_then(Value::as_str) {
@@ -141,17 +151,27 @@ impl SpecDecodeConfig {
                 Some(m) if m.to_ascii_lowercase().contains("eagle3") => SpecMethod::Eagle3,
                 Some(m) if m.to_ascii_lowercase().contains("eagle") => SpecMethod::Eagle,
                 Some(_) => SpecMethod::DraftModel,
-                None => return Err(CostError::MissingField { field: "speculative_config.method".into() }),
+                None => {
+                    return Err(CostError::MissingField {
+                        field: "speculative_config.method".into(),
+                    })
+                }
             },
         };
         let k = match opt_u32(&v, "num_speculative_tokens")? {
             Some(k) => k,
             // vLLM takes the checkpoint's n_predict for MTP when unset.
             None if method == SpecMethod::Mtp => 1,
-            None => return Err(CostError::MissingField { field: "speculative_config.num_speculative_tokens".into() }),
+            None => {
+                return Err(CostError::MissingField {
+                    field: "speculative_config.num_speculative_tokens".into(),
+                })
+            }
         };
         if method == SpecMethod::DraftModel && model.is_none() {
-            return Err(CostError::MissingField { field: "speculative_config.model".into() });
+            return Err(CostError::MissingField {
+                field: "speculative_config.model".into(),
+            });
         }
         let mut cfg = SpecDecodeConfig::new(method, k)?;
         cfg.model = model;
@@ -167,11 +187,21 @@ impl SpecDecodeConfig {
             Some(Value::Array(items)) => {
                 let mut per = Vec::with_capacity(items.len());
                 for x in items {
-                    per.push(x.as_f64().ok_or_else(|| CostError::invalid("speculative_config.acceptance_rate", "entries must be numbers"))?);
+                    per.push(x.as_f64().ok_or_else(|| {
+                        CostError::invalid(
+                            "speculative_config.acceptance_rate",
+                            "entries must be numbers",
+                        )
+                    })?);
                 }
                 cfg = cfg.with_acceptance(&per)?;
             }
-            Some(x) => return Err(CostError::invalid("speculative_config.acceptance_rate", format!("expected a number or array, got {x}"))),
+            Some(x) => {
+                return Err(CostError::invalid(
+                    "speculative_config.acceptance_rate",
+                    format!("expected a number or array, got {x}"),
+                ))
+            }
         }
         Ok(cfg)
     }
@@ -179,12 +209,18 @@ impl SpecDecodeConfig {
     /// Replace the acceptance curve: one value per position; the last value repeats.
     pub fn with_acceptance(mut self, per_position: &[f64]) -> Result<Self, CostError> {
         let Some(&last) = per_position.last() else {
-            return Err(CostError::invalid("speculative_config.acceptance_rate", "must not be empty"));
+            return Err(CostError::invalid(
+                "speculative_config.acceptance_rate",
+                "must not be empty",
+            ));
         };
         for (i, a) in self.acceptance.iter_mut().enumerate() {
             let v = per_position.get(i).copied().unwrap_or(last);
             if !(0.0..=1.0).contains(&v) {
-                return Err(CostError::invalid("speculative_config.acceptance_rate", format!("{v} is outside [0, 1]")));
+                return Err(CostError::invalid(
+                    "speculative_config.acceptance_rate",
+                    format!("{v} is outside [0, 1]"),
+                ));
             }
             *a = v;
         }
@@ -203,7 +239,9 @@ impl SpecDecodeConfig {
 
     /// Probability that at least the first `n` drafts are accepted.
     pub fn prob_prefix_accepted(&self, n: u32) -> f64 {
-        (0..n.min(self.num_speculative_tokens) as usize).map(|i| self.acceptance[i]).product()
+        (0..n.min(self.num_speculative_tokens) as usize)
+            .map(|i| self.acceptance[i])
+            .product()
     }
 
     /// Expected accepted draft tokens per verify step: sum over n of P(first n accepted).
@@ -225,7 +263,11 @@ impl SpecDecodeConfig {
     /// Deterministic draw: maps a uniform `u` in [0, 1) to the number of accepted drafts
     /// (inverse CDF of the acceptance chain). The engine supplies `u` from its own seeded RNG.
     pub fn accepted_drafts_for_uniform(&self, u: f64) -> u32 {
-        let mut u = if u.is_finite() { u.clamp(0.0, 1.0) } else { 0.0 };
+        let mut u = if u.is_finite() {
+            u.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         // P(accepted == i) = P(first i accepted) * (1 - a_i); walk the masses until u falls in one.
         let mut p_prefix = 1.0;
         for i in 0..self.num_speculative_tokens as usize {
@@ -245,24 +287,39 @@ mod tests {
 
     #[test]
     fn parses_vllm_shapes() {
-        let c = SpecDecodeConfig::from_json(r#"{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}"#).unwrap();
+        let c = SpecDecodeConfig::from_json(
+            r#"{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}"#,
+        )
+        .unwrap();
         assert_eq!(c.method, SpecMethod::Ngram);
         assert_eq!(c.decode_query_len(), 5);
-        let c = SpecDecodeConfig::from_json(r#"{"model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}"#).unwrap();
+        let c = SpecDecodeConfig::from_json(
+            r#"{"model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}"#,
+        )
+        .unwrap();
         assert_eq!(c.method, SpecMethod::Eagle3);
         let c = SpecDecodeConfig::from_json(r#"{"method":"deepseek_mtp"}"#).unwrap();
         assert_eq!((c.method, c.num_speculative_tokens), (SpecMethod::Mtp, 1));
-        let e = SpecDecodeConfig::from_json(r#"{"method":"eagle"}"#).unwrap_err().to_string();
+        let e = SpecDecodeConfig::from_json(r#"{"method":"eagle"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("num_speculative_tokens"), "{e}");
-        let e = SpecDecodeConfig::from_json(r#"{"method":"magic","num_speculative_tokens":2}"#).unwrap_err().to_string();
+        let e = SpecDecodeConfig::from_json(r#"{"method":"magic","num_speculative_tokens":2}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("speculative_config.method"), "{e}");
-        let e = SpecDecodeConfig::from_json(r#"{"method":"ngram","num_speculative_tokens":0}"#).unwrap_err().to_string();
+        let e = SpecDecodeConfig::from_json(r#"{"method":"ngram","num_speculative_tokens":0}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("num_speculative_tokens"), "{e}");
     }
 
     #[test]
     fn acceptance_chain() {
-        let c = SpecDecodeConfig::new(SpecMethod::Eagle3, 3).unwrap().with_acceptance(&[0.5]).unwrap();
+        let c = SpecDecodeConfig::new(SpecMethod::Eagle3, 3)
+            .unwrap()
+            .with_acceptance(&[0.5])
+            .unwrap();
         // 0.5 + 0.25 + 0.125
         assert!((c.expected_accepted_drafts() - 0.875).abs() < 1e-12);
         assert_eq!(c.accepted_drafts_for_uniform(0.0), 0);
@@ -272,7 +329,10 @@ mod tests {
         assert_eq!(c.accepted_drafts_for_uniform(0.99), 3);
         // The draw's mean matches the analytic expectation.
         let n = 100_000;
-        let mean: f64 = (0..n).map(|i| f64::from(c.accepted_drafts_for_uniform((i as f64 + 0.5) / n as f64))).sum::<f64>() / n as f64;
+        let mean: f64 = (0..n)
+            .map(|i| f64::from(c.accepted_drafts_for_uniform((i as f64 + 0.5) / n as f64)))
+            .sum::<f64>()
+            / n as f64;
         assert!((mean - 0.875).abs() < 1e-3, "{mean}");
         assert!(c.clone().with_acceptance(&[1.5]).is_err());
     }

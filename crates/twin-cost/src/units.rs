@@ -24,7 +24,11 @@ pub fn format_gib(bytes: i64) -> String {
 /// Python `repr(float)` for ordinary magnitudes: shortest round-trip digits, `.0` on integers.
 pub fn python_float_repr(v: f64) -> String {
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if v.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     let s = format!("{v}");
     if s.contains('.') || s.contains('e') || s.contains("inf") || s.contains("NaN") {

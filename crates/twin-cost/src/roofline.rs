@@ -1,0 +1,1022 @@
+//! Step-time model: one engine step (one `execute_model`) as a roofline over its parts.
+//!
+//! Every per-model quantity is precomputed in [`CostModel::new`]; [`CostModel::step_time_s`]
+//! is one pass over the scheduled requests plus O(1) arithmetic, and allocates nothing.
+//!
+//! Parts (per TP rank; PP stages summed for latency):
+//! - linear layers: `max(2 * params * tokens / (peak * eff), weight_bytes / (bw * eff))`
+//!   + a per-kernel latency floor;
+//! - MoE: the same with the expected number of experts touched, `E * (1 - (1 - k/E)^T)`;
+//! - attention: per request `max(FLOPs over the prefix + causal chunk, KV bytes read)`;
+//! - LM head + sampler over the sampled rows; TP all-reduce `2 * layers * (a + 2(n-1)/n * bytes / link)`;
+//! - launch overhead by graph mode, host overhead (hidden by async scheduling), drafting.
+
+use crate::error::CostError;
+use crate::gpu::GpuSpec;
+use crate::memory_plan::{
+    kv_bytes_per_token_layer, kv_heads_per_rank, pp_partition, MemoryPlan, ResolvedServeConfig,
+    EAGLE3_DRAFT_VOCAB,
+};
+use crate::model::{Attention, ModelSpec};
+use crate::precision::{KvCacheDtype, MathRate, WeightFormat};
+use crate::spec_decode::{SpecDecodeConfig, SpecMethod};
+
+// ---------------------------------------------------------------------------------------------
+// Named efficiency constants (with their source)
+// ---------------------------------------------------------------------------------------------
+
+/// HBM streaming efficiency of weight GEMV/GEMM reads: aiconfigurator (NVIDIA) system yamls
+/// `mem_bw_empirical_scaling_factor: 0.8` (hardware-and-models.md §1.3).
+pub const WEIGHT_STREAM_EFFICIENCY: f64 = 0.80;
+/// Fixed latency per kernel: aiconfigurator `mem_empirical_constant_latency: 3 us` (§1.3).
+pub const KERNEL_LATENCY_FLOOR_S: f64 = 3e-6;
+/// Serving GEMM shapes reach this fraction of the best-shape MAMF (the GPU's
+/// `gemm_efficiency_*`). [U] ~0.9: vLLM linears are large but not MAMF-optimal shapes.
+pub const GEMM_SHAPE_EFFICIENCY: f64 = 0.90;
+/// Grouped (MoE) GEMMs keep this fraction of the dense GEMM efficiency. [U]
+pub const MOE_GEMM_EFFICIENCY: f64 = 0.70;
+/// Kernels in one dense decoder layer under torch.compile fusion: add+RMSNorm, QKV GEMM,
+/// RoPE + cache write, attention, O GEMM, add+RMSNorm, gate_up GEMM, SiLU-mul, down GEMM.
+pub const KERNELS_PER_DENSE_LAYER: f64 = 9.0;
+/// Extra kernels in an MoE layer (router GEMM, top-k, routing metadata x2, permute, 2 grouped
+/// GEMMs, activation, combine) minus the 3 dense MLP kernels they replace.
+pub const EXTRA_KERNELS_PER_MOE_LAYER: f64 = 6.0;
+/// [D] Extra per-MoE-layer latency (routing sync, expert-GEMM tail effects at tiny M), fitted
+/// to gpt-oss-20b's H100 batch-1 ITL intercept of 4.03-4.07 ms (calibration.md A).
+pub const MOE_LAYER_OVERHEAD_S: f64 = 40e-6;
+/// GPU work per step outside the layers: embedding gather, final norm, sampler kernels,
+/// D2H copy of sampled ids. [U] ~17 kernels at the latency floor.
+pub const STEP_GPU_FIXED_S: f64 = 50e-6;
+
+/// [D] Decode-attention KV read bandwidth efficiency, fitted jointly with
+/// [`KV_TOKEN_LAYER_OVERHEAD_S_H100`] to the BF16 ITL slopes of Llama-3.1-8B (4.37e-5 ms/token,
+/// 4096 B per layer-token) and gpt-oss-20b (8.94e-6 ms/token over 12 full layers, 2048 B).
+pub const KV_READ_BANDWIDTH_EFFICIENCY: f64 = 0.985;
+/// [D] Per (context token, layer) decode-attention cost beyond its bytes at H100 (3.35 TB/s),
+/// for 8 KV heads per rank; scales with KV heads per rank and inversely with HBM bandwidth.
+pub const KV_TOKEN_LAYER_OVERHEAD_S_H100: f64 = 1.25e-10;
+/// [D] FP8-KV decode cost per query head per (context token, layer) at H100: Q quantisation and
+/// FP8 dequant/MMA (FA3 FP8 path). Fitted to gpt-oss-20b's FP8 skip-SW slope (6.34e-6 ms/token);
+/// it is below the fixed overhead for Llama-3.1-8B's 32 heads, as that slope (2.37e-5) requires.
+pub const FP8_KV_QHEAD_OVERHEAD_S_H100: f64 = 3.4e-12;
+/// Reference HBM bandwidth the two overheads above were fitted on (H100 SXM).
+pub const H100_HBM_BANDWIDTH_BYTES_PER_S: f64 = 3.35e12;
+/// [D] Prefill (FlashAttention varlen, causal) fraction of the BF16 dense peak. FA3 reaches
+/// ~75% on long single sequences; 0.5 reproduces the Llama-3.1-8B 20k-token TTFT at the
+/// concurrency-8 load point (763.6 ms, calibration.md A). FP8 KV does not speed prefill up
+/// (the same blog: TTFT 742.8 ms FP8 vs 763.6 BF16; gemma-4 FP8 prefill was 1.6x slower).
+pub const ATTN_PREFILL_EFFICIENCY: f64 = 0.5;
+/// Query tokens per request at which FA switches from the split-KV decode kernel to
+/// compute-bound prefill tiles (below it the request is costed as memory-bound decode).
+pub const ATTN_DECODE_MAX_QUERY_TOKENS: u32 = 16;
+
+/// All-reduce launch latency: aiconfigurator `p2p_latency: 10 us` ("nonofficial correction").
+pub const ALLREDUCE_LATENCY_S: f64 = 10e-6;
+/// Achievable fraction of unidirectional link bandwidth for NCCL all-reduce: stas00, A100
+/// all_reduce busbw 235 GB/s = 80% of 300 GB/s; 8xH200 p2p 88% (§1.3).
+pub const LINK_EFFICIENCY: f64 = 0.80;
+
+/// Async scheduling leaves this GPU gap per step: PR #11133, 150-170 us with CUDA graphs.
+pub const ASYNC_SCHEDULING_GAP_S: f64 = 150e-6;
+/// [U] Host time per step (schedule + prepare inputs + update_from_output) besides per-request
+/// work. Exposed in full without async scheduling; V0 bubbles were 5-13 ms (RFC #6854).
+pub const HOST_STEP_BASE_S: f64 = 500e-6;
+/// [U] Host time per scheduled request per step (issue #10634: ~5-6 ms at bs=256 early V1).
+pub const HOST_PER_SEQ_S: f64 = 8e-6;
+
+/// Piecewise CUDA graphs (mixed prefill/decode batches): attention runs between graph pieces.
+/// [D] PR #20059: full vs piecewise median ITL 5.39 -> 5.03 ms over Qwen2.5-1.5B's 28 layers.
+pub const PIECEWISE_LAYER_OVERHEAD_S: f64 = 13e-6;
+/// [U] torch.compile'd module without graphs (batch above the largest capture size): Python
+/// launch cost per layer, hidden when the GPU layer takes longer.
+pub const COMPILED_EAGER_CPU_PER_LAYER_S: f64 = 60e-6;
+/// [D] `--enforce-eager`: exposed launch cost per layer at batch 1. PR #1440: Llama-2-7B,
+/// 1.2 s -> 1.05 s for 100 tokens with CUDA graphs = 1.5 ms per step over 32 layers.
+pub const EAGER_EXPOSED_PER_LAYER_S: f64 = 47e-6;
+/// [U] `--enforce-eager` Python/dispatcher time per layer; a layer cannot run faster than this.
+pub const EAGER_CPU_PER_LAYER_S: f64 = 150e-6;
+/// Without torch.compile, elementwise ops are not fused: their HBM traffic grows by this. [U]
+pub const EAGER_UNFUSED_ELEMENTWISE_FACTOR: f64 = 1.5;
+
+/// [U] CPU time per request per step of n-gram / suffix proposing (numba over the context).
+pub const NGRAM_CPU_PER_SEQ_S: f64 = 15e-6;
+/// Sampler HBM passes over the fp32 logits (write, softmax, top-k/p, gather). [U]
+pub const SAMPLER_LOGIT_PASSES: f64 = 4.0;
+
+// ---------------------------------------------------------------------------------------------
+// Batch shape
+// ---------------------------------------------------------------------------------------------
+
+/// One scheduled request in one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SeqChunk {
+    /// Tokens computed this step (`num_scheduled_tokens`, verified drafts included).
+    pub new_tokens: u32,
+    /// Tokens already in the KV cache before this step (computed + prefix-cache hits).
+    pub context_len: u32,
+    /// Of `new_tokens`, how many are speculative drafts being verified.
+    pub draft_tokens: u32,
+    /// The step samples for this request (decodes, and the last prefill chunk).
+    pub emits_token: bool,
+}
+
+impl SeqChunk {
+    /// A plain decode: one new token after `context_len`.
+    pub fn decode(context_len: u32) -> Self {
+        SeqChunk {
+            new_tokens: 1,
+            context_len,
+            draft_tokens: 0,
+            emits_token: true,
+        }
+    }
+    /// A decode verifying `drafts` speculative tokens.
+    pub fn verify(context_len: u32, drafts: u32) -> Self {
+        SeqChunk {
+            new_tokens: 1 + drafts,
+            context_len,
+            draft_tokens: drafts,
+            emits_token: true,
+        }
+    }
+    /// A prefill chunk of `new_tokens` after `context_len`; `last_chunk` samples the first token.
+    pub fn prefill(new_tokens: u32, context_len: u32, last_chunk: bool) -> Self {
+        SeqChunk {
+            new_tokens,
+            context_len,
+            draft_tokens: 0,
+            emits_token: last_chunk,
+        }
+    }
+}
+
+/// The requests one step runs, engine-independent. Reuse one across steps (`clear` keeps
+/// capacity) so the hot loop never allocates.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchShape {
+    seqs: Vec<SeqChunk>,
+}
+
+impl BatchShape {
+    pub fn new() -> Self {
+        BatchShape { seqs: Vec::new() }
+    }
+    pub fn with_capacity(n: usize) -> Self {
+        BatchShape {
+            seqs: Vec::with_capacity(n),
+        }
+    }
+    pub fn clear(&mut self) {
+        self.seqs.clear();
+    }
+    pub fn push(&mut self, s: SeqChunk) {
+        self.seqs.push(s);
+    }
+    pub fn push_decode(&mut self, context_len: u32) {
+        self.push(SeqChunk::decode(context_len));
+    }
+    pub fn push_prefill(&mut self, new_tokens: u32, context_len: u32, last_chunk: bool) {
+        self.push(SeqChunk::prefill(new_tokens, context_len, last_chunk));
+    }
+    pub fn seqs(&self) -> &[SeqChunk] {
+        &self.seqs
+    }
+    pub fn len(&self) -> usize {
+        self.seqs.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+    pub fn total_tokens(&self) -> u64 {
+        self.seqs.iter().map(|s| u64::from(s.new_tokens)).sum()
+    }
+}
+
+impl FromIterator<SeqChunk> for BatchShape {
+    fn from_iter<I: IntoIterator<Item = SeqChunk>>(iter: I) -> Self {
+        BatchShape {
+            seqs: iter.into_iter().collect(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outputs
+// ---------------------------------------------------------------------------------------------
+
+/// How the step's kernels were launched (`CUDAGraphMode.FULL_AND_PIECEWISE` dispatch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphMode {
+    /// Uniform decode batch within the capture sizes: one full-graph replay.
+    FullCudaGraph,
+    /// Mixed batch within the capture sizes: piecewise graphs, attention eager.
+    PiecewiseCudaGraph,
+    /// Batch above the largest capture size: compiled code launched from Python.
+    CompiledEager,
+    /// `--enforce-eager`.
+    Eager,
+}
+
+/// Where the step's time went. All in seconds; parts overlap as described per field.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepBreakdown {
+    /// Dense linear layers (attention projections + dense MLP + shared experts): FLOP-bound time.
+    pub linear_compute_s: f64,
+    /// Dense linear layers: weight-streaming time.
+    pub linear_memory_s: f64,
+    /// `max(linear_compute_s, linear_memory_s)`.
+    pub linear_s: f64,
+    /// Routed experts (max of compute and touched-expert bytes) + MoE per-layer overhead.
+    pub moe_s: f64,
+    /// Expected experts touched per MoE layer this step.
+    pub moe_experts_touched: f64,
+    /// Attention kernels (sum over requests of max(compute, memory)).
+    pub attention_s: f64,
+    pub attention_compute_s: f64,
+    pub attention_memory_s: f64,
+    /// Norms, RoPE, activation functions (memory-bound).
+    pub elementwise_s: f64,
+    /// LM head GEMM over the sampled rows.
+    pub lm_head_s: f64,
+    /// Sampler (+ rejection sampler) over the logits.
+    pub sampler_s: f64,
+    /// Tensor-parallel all-reduces (2 per layer) + logits gather.
+    pub tp_allreduce_s: f64,
+    /// Pipeline-parallel activation sends between stages.
+    pub pp_p2p_s: f64,
+    /// Latency of the step that other in-flight micro-batches can overlap (PP > 1).
+    pub pp_bubble_s: f64,
+    /// Kernel latency floors (per layer) + fixed per-step GPU work.
+    pub fixed_gpu_s: f64,
+    /// Launch overhead the graph mode adds (0 for full CUDA graphs).
+    pub launch_overhead_s: f64,
+    /// Drafting (EAGLE / MTP / draft model passes on the GPU).
+    pub spec_draft_s: f64,
+    /// Host (scheduler, input prep, output processing, n-gram proposing) CPU time.
+    pub host_cpu_s: f64,
+    /// Part of the host time the GPU waits for.
+    pub host_exposed_s: f64,
+}
+
+/// Utilisation over the step, for DCGM-style gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Utilisation {
+    /// `DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`: achieved tensor FLOP/s over the rate's peak.
+    pub tensor_active: f64,
+    /// `DCGM_FI_PROF_DRAM_ACTIVE`: HBM bytes moved over peak bandwidth x time.
+    pub dram_active: f64,
+    /// `DCGM_FI_PROF_SM_ACTIVE`: fraction of the step some kernel occupies the SMs.
+    pub sm_active: f64,
+    /// `DCGM_FI_DEV_GPU_UTIL` (0-1): fraction of the step a kernel is running.
+    pub gpu_util: f64,
+    /// [U] board power estimate, W: idle + (TDP - idle) x activity.
+    pub power_w: f64,
+}
+
+/// Cost of one engine step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepCost {
+    /// Wall time from one step's launch to the next one's (what ITL is made of).
+    pub step_time_s: f64,
+    /// GPU-busy part of the step (all PP stages).
+    pub gpu_time_s: f64,
+    /// Time of the slowest PP stage: the interval between steps when the pipeline is full.
+    pub stage_time_s: f64,
+    pub breakdown: StepBreakdown,
+    pub utilisation: Utilisation,
+    pub graph_mode: GraphMode,
+    /// Per GPU (one TP rank, summed over PP stages).
+    pub flops: f64,
+    pub bytes_read: f64,
+    pub bytes_written: f64,
+    pub num_tokens: u64,
+    pub num_seqs: u32,
+    /// Rows sampled (logits computed).
+    pub num_sampled_rows: u64,
+    /// Sum over requests of context tokens attended (KV tokens read).
+    pub kv_tokens_read: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq)]
+struct DraftConsts {
+    method: SpecMethod,
+    k: u32,
+    layers: f64,
+    weight_bytes: f64,
+    flops_per_token: f64,
+    kv_bytes_per_token: f64,
+    lm_head_bytes: f64,
+    lm_head_flops_per_row: f64,
+}
+
+/// Precomputed per-(model, GPU, config) constants; `step_time_s` is pure arithmetic on them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostModel {
+    gpu: GpuSpec,
+    tp: u32,
+    pp: u32,
+    layers: f64,
+    full_layers: f64,
+    sliding_layers: f64,
+    moe_layers: f64,
+    window: u64,
+    max_stage_fraction: f64,
+    hidden: f64,
+    // dense linears (all layers, per rank)
+    dense_params: f64,
+    dense_weight_bytes: f64,
+    dense_peak_flops: f64,
+    dense_bw: f64,
+    // MoE (per MoE layer, per rank)
+    num_experts: f64,
+    experts_per_token: f64,
+    ln_one_minus_k_over_e: f64,
+    expert_params: f64,
+    expert_bytes: f64,
+    expert_peak_flops: f64,
+    expert_bw: f64,
+    // attention (per layer, per rank)
+    kv_bytes_full: f64,
+    kv_bytes_sliding: f64,
+    qk_flops_decode: f64,
+    qk_flops_prefill: f64,
+    mla_up_proj_flops_per_ctx_token: f64,
+    kv_token_overhead_s: f64,
+    kv_token_overhead_sliding_s: f64,
+    attn_peak_flops: f64,
+    kv_bw: f64,
+    q_bytes_per_token: f64,
+    // LM head / sampler
+    vocab: f64,
+    lm_head_params: f64,
+    lm_head_peak: f64,
+    // elementwise
+    elementwise_bytes_per_token: f64,
+    // fixed
+    fixed_layers_s: f64,
+    moe_overhead_s: f64,
+    // comms
+    allreduce_bw: f64,
+    act_bytes: f64,
+    // graphs / host
+    enforce_eager: bool,
+    async_scheduling: bool,
+    max_capture: u32,
+    decode_query_len: u32,
+    spec: Option<SpecDecodeConfig>,
+    draft: Option<DraftConsts>,
+    rate_peak_bf16: f64,
+}
+
+fn peak_for(gpu: &GpuSpec, rate: MathRate) -> (f64, f64) {
+    match rate {
+        MathRate::Bf16 => (gpu.bf16_dense_flops_per_s, gpu.gemm_efficiency_bf16),
+        MathRate::Fp8 => (gpu.fp8_or_bf16_flops_per_s(), gpu.gemm_efficiency_fp8),
+        MathRate::Fp4 => (
+            gpu.fp4_dense_flops_per_s
+                .unwrap_or(gpu.bf16_dense_flops_per_s),
+            gpu.gemm_efficiency_fp8,
+        ),
+    }
+}
+
+fn achievable_flops(gpu: &GpuSpec, f: WeightFormat) -> f64 {
+    let (peak, eff) = peak_for(gpu, f.math_rate(gpu));
+    peak * eff * GEMM_SHAPE_EFFICIENCY * f.compute_efficiency(gpu)
+}
+
+/// Sum of `min(x, w)` for x in a..=b (keys a sliding-window query at position x attends).
+fn sum_min_window(a: u64, b: u64, w: u64) -> f64 {
+    if b < a {
+        return 0.0;
+    }
+    let tri = |lo: u64, hi: u64| -> f64 { (hi - lo + 1) as f64 * (lo + hi) as f64 / 2.0 };
+    if b <= w {
+        tri(a, b)
+    } else if a >= w {
+        (b - a + 1) as f64 * w as f64
+    } else {
+        tri(a, w) + (b - w) as f64 * w as f64
+    }
+}
+
+impl CostModel {
+    /// Build from a resolved config (use [`CostModel::from_plan`] after a memory plan).
+    pub fn new(
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        cfg: &ResolvedServeConfig,
+    ) -> Result<Self, CostError> {
+        let tp = cfg.tensor_parallel_size.max(1);
+        let pp = cfg.pipeline_parallel_size.max(1);
+        let t = f64::from(tp);
+        let h = model.hidden_size as f64;
+        let wf = cfg.weight_format;
+        let ef = cfg.expert_weight_format;
+
+        // Dense linear parameters per rank, over all layers.
+        let kvh = kv_heads_per_rank(model, tp) as f64;
+        let attn_params_rank = match &model.attention {
+            Attention::Gqa => {
+                2.0 * h * model.q_dim() as f64 / t + 2.0 * h * kvh * model.head_dim as f64
+            }
+            Attention::Mla(m) => {
+                let heads = model.num_attention_heads as f64;
+                let q_head = (m.qk_nope_head_dim + m.qk_rope_head_dim) as f64;
+                let replicated =
+                    m.q_lora_rank.map_or(0.0, |r| h * r as f64) + h * m.latent_dim() as f64;
+                // Decode uses the absorbed form: kv_b is folded into q/o per head (same bytes).
+                let split = m.q_lora_rank.map_or(h, |r| r as f64) * heads * q_head
+                    + m.kv_lora_rank as f64 * heads * (m.qk_nope_head_dim + m.v_head_dim) as f64
+                    + heads * m.v_head_dim as f64 * h;
+                replicated + split / t
+            }
+        };
+        let layers = f64::from(model.num_layers);
+        let moe_layers = f64::from(model.num_moe_layers());
+        let dense_mlp_layers = layers - moe_layers;
+        let shared_params_rank = model.moe.map_or(0.0, |m| {
+            (m.num_shared_experts * 3 * model.hidden_size * m.shared_expert_intermediate_size)
+                as f64
+                / t
+        });
+        let router_params = model.moe.map_or(0.0, |m| h * m.num_experts as f64);
+        let dense_params = layers * attn_params_rank
+            + dense_mlp_layers * model.dense_mlp_params() as f64 / t
+            + moe_layers * shared_params_rank;
+        let dense_weight_bytes =
+            dense_params * wf.bytes_per_param() + moe_layers * router_params * 2.0;
+        let dense_params = dense_params + moe_layers * router_params;
+
+        let (num_experts, top_k, expert_params) = match model.moe {
+            Some(m) => (
+                m.num_experts as f64,
+                m.experts_per_token as f64,
+                model.expert_params() as f64 / t,
+            ),
+            None => (1.0, 0.0, 0.0),
+        };
+        let ln_one_minus = if num_experts > top_k {
+            (1.0 - top_k / num_experts).ln()
+        } else {
+            f64::NEG_INFINITY
+        };
+
+        // Attention.
+        let dtype = cfg.kv_cache_dtype;
+        let kv_full = kv_bytes_per_token_layer(model, tp, dtype) as f64;
+        let sw_dtype = if cfg.kv_cache_skip_sliding_window {
+            KvCacheDtype::Auto
+        } else {
+            dtype
+        };
+        let kv_sliding = kv_bytes_per_token_layer(model, tp, sw_dtype) as f64;
+        let heads_rank = model.num_attention_heads as f64 / t;
+        let (qk_decode, qk_prefill, up_proj) = match &model.attention {
+            Attention::Gqa => {
+                let d = model.head_dim as f64;
+                (4.0 * heads_rank * d, 4.0 * heads_rank * d, 0.0)
+            }
+            Attention::Mla(m) => {
+                let latent = m.latent_dim() as f64;
+                let lora = m.kv_lora_rank as f64;
+                let qk = (m.qk_nope_head_dim + m.qk_rope_head_dim) as f64;
+                let v = m.v_head_dim as f64;
+                (
+                    heads_rank * (2.0 * latent + 2.0 * lora),
+                    heads_rank * (2.0 * qk + 2.0 * v),
+                    2.0 * lora * heads_rank * (m.qk_nope_head_dim as f64 + v),
+                )
+            }
+        };
+        let bw_scale = H100_HBM_BANDWIDTH_BYTES_PER_S / gpu.hbm_bandwidth_bytes_per_s;
+        let kv_heads_for_overhead = if model.is_mla() { 8.0 } else { kvh };
+        let base_overhead = KV_TOKEN_LAYER_OVERHEAD_S_H100 * kv_heads_for_overhead / 8.0 * bw_scale;
+        let fp8_overhead = FP8_KV_QHEAD_OVERHEAD_S_H100 * heads_rank * bw_scale;
+        let overhead_for = |d: KvCacheDtype| {
+            if d.is_fp8() {
+                base_overhead.max(fp8_overhead)
+            } else {
+                base_overhead
+            }
+        };
+
+        // Elementwise traffic per token per layer (bf16 activations): 2x(add + RMSNorm) read
+        // 2h write 2h; RoPE + cache write on q/k; activation reads 2I writes I.
+        let q_rank = model.q_dim() as f64 / t;
+        let kv_rank = kvh * model.head_dim as f64;
+        // MoE: permute/unpermute copies of h per routed token + one pass over the activation
+        // (the SwiGLU is fused into the grouped-GEMM epilogue).
+        let mlp_act = if let Some(m) = model.moe {
+            m.experts_per_token as f64 * (m.expert_intermediate_size as f64 / t + 2.0 * h)
+        } else {
+            3.0 * model.intermediate_size as f64 / t
+        };
+        let elementwise = 2.0
+            * (8.0 * h + 2.0 * (q_rank + kv_rank) + mlp_act)
+            * if cfg.enforce_eager {
+                EAGER_UNFUSED_ELEMENTWISE_FACTOR
+            } else {
+                1.0
+            };
+
+        let kernels = layers * KERNELS_PER_DENSE_LAYER + moe_layers * EXTRA_KERNELS_PER_MOE_LAYER;
+        let parts = pp_partition(model.num_layers, pp);
+        let max_stage = parts.iter().copied().max().unwrap_or(model.num_layers);
+
+        let draft = match &cfg.speculative {
+            Some(s) => Some(Self::draft_consts(model, gpu, cfg, s)?),
+            None => None,
+        };
+
+        Ok(CostModel {
+            gpu: gpu.clone(),
+            tp,
+            pp,
+            layers,
+            full_layers: f64::from(model.num_full_layers()),
+            sliding_layers: f64::from(model.num_sliding_layers()),
+            moe_layers,
+            window: model.sliding_window.unwrap_or(u64::MAX),
+            max_stage_fraction: f64::from(max_stage) / layers,
+            hidden: h,
+            dense_params,
+            dense_weight_bytes,
+            dense_peak_flops: achievable_flops(gpu, wf),
+            dense_bw: gpu.hbm_bandwidth_bytes_per_s
+                * WEIGHT_STREAM_EFFICIENCY
+                * wf.stream_efficiency(gpu),
+            num_experts,
+            experts_per_token: top_k,
+            ln_one_minus_k_over_e: ln_one_minus,
+            expert_params,
+            expert_bytes: expert_params * ef.bytes_per_param(),
+            expert_peak_flops: achievable_flops(gpu, ef) * MOE_GEMM_EFFICIENCY,
+            expert_bw: gpu.hbm_bandwidth_bytes_per_s
+                * WEIGHT_STREAM_EFFICIENCY
+                * ef.stream_efficiency(gpu),
+            kv_bytes_full: kv_full,
+            kv_bytes_sliding: kv_sliding,
+            qk_flops_decode: qk_decode,
+            qk_flops_prefill: qk_prefill,
+            mla_up_proj_flops_per_ctx_token: up_proj,
+            kv_token_overhead_s: overhead_for(dtype),
+            kv_token_overhead_sliding_s: overhead_for(sw_dtype),
+            attn_peak_flops: gpu.bf16_dense_flops_per_s * ATTN_PREFILL_EFFICIENCY,
+            kv_bw: gpu.hbm_bandwidth_bytes_per_s * KV_READ_BANDWIDTH_EFFICIENCY,
+            q_bytes_per_token: 2.0 * 2.0 * q_rank,
+            vocab: model.vocab_size as f64,
+            lm_head_params: model.lm_head_params() as f64 / t,
+            lm_head_peak: achievable_flops(gpu, WeightFormat::Bf16),
+            elementwise_bytes_per_token: elementwise,
+            fixed_layers_s: kernels * KERNEL_LATENCY_FLOOR_S,
+            moe_overhead_s: moe_layers * MOE_LAYER_OVERHEAD_S,
+            allreduce_bw: gpu.group_link_bandwidth_bytes_per_s(tp) * LINK_EFFICIENCY,
+            act_bytes: h * 2.0,
+            enforce_eager: cfg.enforce_eager,
+            async_scheduling: cfg.async_scheduling,
+            max_capture: cfg.max_cudagraph_capture_size(),
+            decode_query_len: cfg.decode_query_len,
+            spec: cfg.speculative.clone(),
+            draft,
+            rate_peak_bf16: gpu.bf16_dense_flops_per_s,
+        })
+    }
+
+    /// Build from a finished memory plan (same resolved config).
+    pub fn from_plan(
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        plan: &MemoryPlan,
+    ) -> Result<Self, CostError> {
+        Self::new(model, gpu, &plan.config)
+    }
+
+    fn draft_consts(
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        cfg: &ResolvedServeConfig,
+        s: &SpecDecodeConfig,
+    ) -> Result<DraftConsts, CostError> {
+        let t = f64::from(cfg.tensor_parallel_size.max(1));
+        let h = model.hidden_size as f64;
+        let kv =
+            kv_bytes_per_token_layer(model, cfg.tensor_parallel_size, cfg.kv_cache_dtype) as f64;
+        let dense_layer = (model.attention_params_per_layer()
+            + 3 * model.hidden_size * model.intermediate_size.max(model.hidden_size))
+            as f64;
+        let (layers, params, lm_rows_params) = match s.method {
+            SpecMethod::Ngram | SpecMethod::Suffix => (0.0, 0.0, 0.0),
+            SpecMethod::Eagle => (
+                1.0,
+                (dense_layer + 2.0 * h * h) / t,
+                model.lm_head_params() as f64 / t,
+            ),
+            SpecMethod::Eagle3 => (
+                1.0,
+                (dense_layer + 3.0 * h * h) / t,
+                EAGLE3_DRAFT_VOCAB * h / t,
+            ),
+            SpecMethod::Mtp => {
+                let active = model.attention_params_per_layer() as f64
+                    + model.moe.map_or(model.dense_mlp_params() as f64, |m| {
+                        (m.experts_per_token * model.expert_params()) as f64
+                            + model.moe_dense_params_per_layer() as f64
+                    });
+                (
+                    1.0,
+                    (active + 2.0 * h * h) / t,
+                    model.lm_head_params() as f64 / t,
+                )
+            }
+            SpecMethod::DraftModel => {
+                let d = cfg.draft_model.as_ref().ok_or(CostError::InvalidConfig {
+                    field: "speculative_config.model",
+                    reason: "draft_model speculation needs the draft ModelSpec".into(),
+                })?;
+                let dt = f64::from(
+                    s.draft_tensor_parallel_size
+                        .unwrap_or(cfg.tensor_parallel_size)
+                        .max(1),
+                );
+                let p = (d.params_active_excluding_embedding() - d.lm_head_params()) as f64 / dt;
+                let dkv = kv_bytes_per_token_layer(d, dt as u32, cfg.kv_cache_dtype) as f64;
+                return Ok(DraftConsts {
+                    method: s.method,
+                    k: s.num_speculative_tokens,
+                    layers: f64::from(d.num_layers),
+                    weight_bytes: p * d.weight_format.bytes_per_param(),
+                    flops_per_token: 2.0 * p,
+                    kv_bytes_per_token: dkv * f64::from(d.num_layers),
+                    lm_head_bytes: d.lm_head_params() as f64 / dt * 2.0,
+                    lm_head_flops_per_row: 2.0 * d.lm_head_params() as f64 / dt,
+                });
+            }
+        };
+        let _ = gpu;
+        let bpp = if s.method == SpecMethod::Mtp {
+            cfg.expert_weight_format.bytes_per_param()
+        } else {
+            2.0
+        };
+        Ok(DraftConsts {
+            method: s.method,
+            k: s.num_speculative_tokens,
+            layers,
+            weight_bytes: params * bpp,
+            flops_per_token: 2.0 * params,
+            kv_bytes_per_token: kv * layers,
+            lm_head_bytes: lm_rows_params * 2.0,
+            lm_head_flops_per_row: 2.0 * lm_rows_params,
+        })
+    }
+
+    pub fn gpu(&self) -> &GpuSpec {
+        &self.gpu
+    }
+
+    pub fn spec_decode(&self) -> Option<&SpecDecodeConfig> {
+        self.spec.as_ref()
+    }
+
+    /// Cost of the step `batch` describes.
+    pub fn step_time_s(&self, batch: &BatchShape) -> StepCost {
+        self.step_cost(batch.seqs())
+    }
+
+    /// Cost of one step over a slice of scheduled requests (no allocation; O(len)).
+    pub fn step_cost(&self, seqs: &[SeqChunk]) -> StepCost {
+        let mut tokens: u64 = 0;
+        let mut rows: u64 = 0;
+        let mut emitting: u64 = 0;
+        let mut kv_tokens: u64 = 0;
+        let mut attn_s = 0.0;
+        let mut attn_c = 0.0;
+        let mut attn_m = 0.0;
+        let mut attn_flops = 0.0;
+        let mut attn_bytes = 0.0;
+        let mut uniform_decode = true;
+        let mut draft_ctx_tokens = 0.0;
+        let w = self.window;
+
+        for s in seqs {
+            let n = u64::from(s.new_tokens);
+            if n == 0 {
+                continue;
+            }
+            let ctx = u64::from(s.context_len);
+            tokens += n;
+            if s.emits_token {
+                emitting += 1;
+                rows += 1 + u64::from(s.draft_tokens.min(s.new_tokens.saturating_sub(1)));
+                draft_ctx_tokens += (ctx + n) as f64;
+            }
+            // GPUModelRunner: uniform decode = every request schedules uniform_decode_query_len.
+            if s.new_tokens != self.decode_query_len {
+                uniform_decode = false;
+            }
+            let total = ctx + n;
+            kv_tokens += total;
+            // Keys attended: full layers see every earlier token (causal within the chunk).
+            let keys_full = n as f64 * ctx as f64 + (n * (n + 1)) as f64 / 2.0;
+            let keys_sw = if self.sliding_layers > 0.0 {
+                sum_min_window(ctx + 1, total, w)
+            } else {
+                0.0
+            };
+            let decode_like = s.new_tokens <= ATTN_DECODE_MAX_QUERY_TOKENS;
+            let per_qk = if decode_like {
+                self.qk_flops_decode
+            } else {
+                self.qk_flops_prefill
+            };
+            let mut flops = per_qk * (self.full_layers * keys_full + self.sliding_layers * keys_sw);
+            if !decode_like {
+                flops += self.mla_up_proj_flops_per_ctx_token * total as f64 * self.layers;
+            }
+            let sw_tokens = total.min(w.saturating_add(n)) as f64;
+            let bytes = self.full_layers * total as f64 * self.kv_bytes_full
+                + self.sliding_layers * sw_tokens * self.kv_bytes_sliding
+                + self.layers * n as f64 * (self.q_bytes_per_token + self.kv_bytes_full);
+            let mem_s = bytes / self.kv_bw
+                + self.full_layers * total as f64 * self.kv_token_overhead_s
+                + self.sliding_layers * sw_tokens * self.kv_token_overhead_sliding_s;
+            let comp_s = flops / self.attn_peak_flops;
+            attn_s += if comp_s > mem_s { comp_s } else { mem_s };
+            attn_c += comp_s;
+            attn_m += mem_s;
+            attn_flops += flops;
+            attn_bytes += bytes;
+        }
+
+        let num_seqs = seqs.iter().filter(|s| s.new_tokens > 0).count() as u32;
+        if tokens == 0 {
+            return self.idle_cost();
+        }
+        let tf = tokens as f64;
+        let rows_f = rows as f64;
+
+        // Dense linears.
+        let lin_flops = 2.0 * self.dense_params * tf;
+        let lin_c = lin_flops / self.dense_peak_flops;
+        let lin_m = self.dense_weight_bytes / self.dense_bw;
+        let linear_s = lin_c.max(lin_m);
+
+        // MoE: expected distinct experts per layer under uniform routing.
+        let (moe_s, touched, moe_flops, moe_bytes) = if self.moe_layers > 0.0 {
+            let touched = self.num_experts * (1.0 - (self.ln_one_minus_k_over_e * tf).exp());
+            let flops = 2.0 * self.experts_per_token * self.expert_params * tf * self.moe_layers;
+            let bytes = touched * self.expert_bytes * self.moe_layers;
+            let t =
+                (flops / self.expert_peak_flops).max(bytes / self.expert_bw) + self.moe_overhead_s;
+            (t, touched, flops, bytes)
+        } else {
+            (0.0, 0.0, 0.0, 0.0)
+        };
+
+        // Elementwise.
+        let ew_bytes = self.elementwise_bytes_per_token * tf * self.layers;
+        let elementwise_s =
+            ew_bytes / (self.gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY);
+
+        // LM head + sampler over sampled rows (logits fp32).
+        let lm_flops = 2.0 * self.lm_head_params * rows_f;
+        let lm_bytes = self.lm_head_params * 2.0;
+        let lm_head_s = if rows > 0 {
+            (lm_flops / self.lm_head_peak).max(lm_bytes / self.dense_bw)
+        } else {
+            0.0
+        };
+        let logit_bytes = rows_f * self.vocab * 4.0 * SAMPLER_LOGIT_PASSES;
+        let sampler_s =
+            logit_bytes / (self.gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY);
+
+        // TP all-reduce: 2 per layer of tokens x hidden bf16, + logits all-gather.
+        let tp_s = if self.tp > 1 {
+            let n = f64::from(self.tp);
+            let ar =
+                ALLREDUCE_LATENCY_S + 2.0 * (n - 1.0) / n * tf * self.act_bytes / self.allreduce_bw;
+            let gather =
+                ALLREDUCE_LATENCY_S + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
+            2.0 * self.layers * ar + gather
+        } else {
+            0.0
+        };
+        let pp_p2p_s = if self.pp > 1 {
+            f64::from(self.pp - 1) * (ALLREDUCE_LATENCY_S + tf * self.act_bytes / self.allreduce_bw)
+        } else {
+            0.0
+        };
+
+        let fixed_gpu_s = self.fixed_layers_s + STEP_GPU_FIXED_S;
+        let layer_work = linear_s + moe_s + attn_s + elementwise_s + tp_s + self.fixed_layers_s;
+
+        // Launch overhead by graph mode.
+        let graph_mode = if self.enforce_eager {
+            GraphMode::Eager
+        } else if tokens <= u64::from(self.max_capture) {
+            if uniform_decode {
+                GraphMode::FullCudaGraph
+            } else {
+                GraphMode::PiecewiseCudaGraph
+            }
+        } else {
+            GraphMode::CompiledEager
+        };
+        let per_layer = layer_work / self.layers;
+        let launch_overhead_s = match graph_mode {
+            GraphMode::FullCudaGraph => 0.0,
+            GraphMode::PiecewiseCudaGraph => self.layers * PIECEWISE_LAYER_OVERHEAD_S,
+            GraphMode::CompiledEager => {
+                self.layers * (COMPILED_EAGER_CPU_PER_LAYER_S - per_layer).max(0.0)
+            }
+            GraphMode::Eager => {
+                self.layers * (per_layer + EAGER_EXPOSED_PER_LAYER_S).max(EAGER_CPU_PER_LAYER_S)
+                    - self.layers * per_layer
+            }
+        };
+
+        // Speculative drafting for every request that sampled this step.
+        let (spec_draft_s, spec_cpu_s, draft_flops, draft_bytes) =
+            self.draft_cost(tf, emitting as f64, draft_ctx_tokens);
+
+        let gpu_time = layer_work
+            + lm_head_s
+            + sampler_s
+            + STEP_GPU_FIXED_S
+            + launch_overhead_s
+            + pp_p2p_s
+            + spec_draft_s;
+
+        // Host: hidden behind the previous step with async scheduling, except a fixed gap.
+        let host_cpu_s = HOST_STEP_BASE_S + HOST_PER_SEQ_S * f64::from(num_seqs) + spec_cpu_s;
+        let host_exposed_s = if self.async_scheduling {
+            ASYNC_SCHEDULING_GAP_S + (host_cpu_s - gpu_time).max(0.0)
+        } else {
+            host_cpu_s
+        };
+        let step_time_s = gpu_time + host_exposed_s;
+
+        // PP: the slowest stage bounds the interval between micro-batches.
+        let stage_time_s = if self.pp > 1 {
+            (layer_work + launch_overhead_s) * self.max_stage_fraction
+                + lm_head_s
+                + sampler_s
+                + STEP_GPU_FIXED_S
+                + spec_draft_s
+                + host_exposed_s
+        } else {
+            step_time_s
+        };
+        let pp_bubble_s = (step_time_s - stage_time_s).max(0.0);
+
+        let flops = lin_flops + moe_flops + attn_flops + lm_flops + draft_flops;
+        let kv_write = self.layers * tf * self.kv_bytes_full;
+        let bytes_read = self.dense_weight_bytes + moe_bytes + attn_bytes - kv_write
+            + lm_bytes
+            + ew_bytes * 0.5
+            + logit_bytes * 0.5
+            + draft_bytes;
+        let bytes_written = kv_write + ew_bytes * 0.5 + logit_bytes * 0.5;
+
+        // Utilisation.
+        let tensor_s = lin_flops / self.dense_peak_rate()
+            + moe_flops / self.expert_peak_rate()
+            + (attn_flops + lm_flops + draft_flops) / self.rate_peak_bf16;
+        let busy = gpu_time / step_time_s;
+        let tensor_active = (tensor_s / step_time_s).min(1.0);
+        let dram_active =
+            ((bytes_read + bytes_written) / self.gpu.hbm_bandwidth_bytes_per_s / step_time_s)
+                .min(1.0);
+        let activity = (0.3 * busy + tensor_active + 0.5 * dram_active).min(1.0);
+        let power_w = self.gpu.idle_watts + (self.gpu.tdp_watts - self.gpu.idle_watts) * activity;
+
+        StepCost {
+            step_time_s,
+            gpu_time_s: gpu_time,
+            stage_time_s,
+            breakdown: StepBreakdown {
+                linear_compute_s: lin_c,
+                linear_memory_s: lin_m,
+                linear_s,
+                moe_s,
+                moe_experts_touched: touched,
+                attention_s: attn_s,
+                attention_compute_s: attn_c,
+                attention_memory_s: attn_m,
+                elementwise_s,
+                lm_head_s,
+                sampler_s,
+                tp_allreduce_s: tp_s,
+                pp_p2p_s,
+                pp_bubble_s,
+                fixed_gpu_s,
+                launch_overhead_s,
+                spec_draft_s,
+                host_cpu_s,
+                host_exposed_s,
+            },
+            utilisation: Utilisation {
+                tensor_active,
+                dram_active,
+                sm_active: busy,
+                gpu_util: busy,
+                power_w,
+            },
+            graph_mode,
+            flops,
+            bytes_read,
+            bytes_written,
+            num_tokens: tokens,
+            num_seqs,
+            num_sampled_rows: rows,
+            kv_tokens_read: kv_tokens,
+        }
+    }
+
+    fn dense_peak_rate(&self) -> f64 {
+        self.dense_peak_flops / GEMM_SHAPE_EFFICIENCY
+    }
+
+    fn expert_peak_rate(&self) -> f64 {
+        self.expert_peak_flops / (GEMM_SHAPE_EFFICIENCY * MOE_GEMM_EFFICIENCY)
+    }
+
+    /// GPU seconds, host seconds, FLOPs and bytes of drafting k tokens for `rows` requests.
+    fn draft_cost(&self, step_tokens: f64, rows: f64, ctx_tokens: f64) -> (f64, f64, f64, f64) {
+        let Some(d) = &self.draft else {
+            return (0.0, 0.0, 0.0, 0.0);
+        };
+        if rows == 0.0 {
+            return (0.0, 0.0, 0.0, 0.0);
+        }
+        match d.method {
+            SpecMethod::Ngram | SpecMethod::Suffix => (0.0, NGRAM_CPU_PER_SEQ_S * rows, 0.0, 0.0),
+            _ => {
+                let bw = self.gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY;
+                let peak = self.lm_head_peak;
+                let fixed = d.layers * KERNELS_PER_DENSE_LAYER * KERNEL_LATENCY_FLOOR_S
+                    + STEP_GPU_FIXED_S * 0.5;
+                let mut t = 0.0;
+                let mut flops = 0.0;
+                let mut bytes = 0.0;
+                for pass in 0..d.k {
+                    // The first pass runs over every token of the step (the drafter consumes the
+                    // target's hidden states / prefills its own KV); later passes over one row each.
+                    let n = if pass == 0 { step_tokens } else { rows };
+                    let f = d.flops_per_token * n + d.lm_head_flops_per_row * rows;
+                    let b = d.weight_bytes
+                        + d.lm_head_bytes
+                        + d.kv_bytes_per_token * (ctx_tokens + rows * f64::from(pass));
+                    t += (f / peak).max(b / bw) + fixed;
+                    flops += f;
+                    bytes += b;
+                }
+                (t, 0.0, flops, bytes)
+            }
+        }
+    }
+
+    fn idle_cost(&self) -> StepCost {
+        StepCost {
+            step_time_s: 0.0,
+            gpu_time_s: 0.0,
+            stage_time_s: 0.0,
+            breakdown: StepBreakdown::default(),
+            utilisation: Utilisation {
+                power_w: self.gpu.idle_watts,
+                ..Utilisation::default()
+            },
+            graph_mode: if self.enforce_eager {
+                GraphMode::Eager
+            } else {
+                GraphMode::FullCudaGraph
+            },
+            flops: 0.0,
+            bytes_read: 0.0,
+            bytes_written: 0.0,
+            num_tokens: 0,
+            num_seqs: 0,
+            num_sampled_rows: 0,
+            kv_tokens_read: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_sums() {
+        // positions 1..=5, window 3: 1+2+3+3+3
+        assert_eq!(sum_min_window(1, 5, 3), 12.0);
+        assert_eq!(sum_min_window(4, 6, 3), 9.0);
+        assert_eq!(sum_min_window(1, 2, 3), 3.0);
+        assert_eq!(sum_min_window(3, 2, 3), 0.0);
+    }
+}

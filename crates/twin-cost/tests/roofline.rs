@@ -1,0 +1,367 @@
+//! Step-time model behaviour: monotonicity, regimes, parallelism, graphs, speculation, robustness.
+
+use proptest::prelude::*;
+use twin_cost::*;
+
+fn cost(m: &str, g: &str, cfg: ServeConfig) -> CostModel {
+    let m = model::lookup(m).unwrap();
+    let g = gpu::lookup(g).unwrap();
+    CostModel::new(&m, g, &cfg.resolve(&m, g).unwrap()).unwrap()
+}
+
+fn decode_batch(n: u32, ctx: u32) -> BatchShape {
+    (0..n).map(|_| SeqChunk::decode(ctx)).collect()
+}
+
+#[test]
+fn decode_time_grows_with_context_and_batch() {
+    let c = cost("llama-3.1-8b", "h100", ServeConfig::default());
+    let mut last = 0.0;
+    for ctx in [0, 1000, 10_000, 100_000] {
+        let t = c.step_time_s(&decode_batch(1, ctx)).step_time_s;
+        assert!(t > last);
+        last = t;
+    }
+    let mut last = 0.0;
+    for n in [1, 8, 64, 256, 1024] {
+        let t = c.step_time_s(&decode_batch(n, 1000)).step_time_s;
+        assert!(t > last, "{n}");
+        last = t;
+    }
+    // Small batches are weight-bound: 8 requests cost far less than 8x one request.
+    let one = c.step_time_s(&decode_batch(1, 1000)).step_time_s;
+    let eight = c.step_time_s(&decode_batch(8, 1000)).step_time_s;
+    assert!(eight < 1.3 * one);
+}
+
+#[test]
+fn prefill_is_compute_bound_and_decode_memory_bound() {
+    let c = cost("llama-3.1-8b", "h100", ServeConfig::default());
+    let mut p = BatchShape::new();
+    p.push_prefill(8192, 0, true);
+    let pre = c.step_time_s(&p);
+    assert!(pre.breakdown.linear_compute_s > pre.breakdown.linear_memory_s);
+    assert!(
+        pre.utilisation.tensor_active > 0.5,
+        "{}",
+        pre.utilisation.tensor_active
+    );
+    assert_eq!(pre.num_sampled_rows, 1);
+    assert_eq!(pre.graph_mode, GraphMode::CompiledEager);
+    let dec = c.step_time_s(&decode_batch(16, 4000));
+    assert!(dec.breakdown.linear_memory_s > dec.breakdown.linear_compute_s);
+    assert!(
+        dec.utilisation.dram_active > 0.6,
+        "{}",
+        dec.utilisation.dram_active
+    );
+    assert!(dec.utilisation.tensor_active < 0.1);
+    assert_eq!(dec.graph_mode, GraphMode::FullCudaGraph);
+    for u in [pre.utilisation, dec.utilisation] {
+        for v in [u.tensor_active, u.dram_active, u.sm_active, u.gpu_util] {
+            assert!((0.0..=1.0).contains(&v));
+        }
+        assert!(u.power_w > 0.0 && u.power_w <= 700.0);
+    }
+    // 8k-token prefill of an 8B model on H100: ~2*7.5e9*8192 FLOP at ~70% of 989 TF.
+    assert!(
+        pre.step_time_s > 0.12 && pre.step_time_s < 0.30,
+        "{}",
+        pre.step_time_s
+    );
+    // Mixed chunked-prefill batch uses piecewise graphs and costs about the sum of parts.
+    let mut mixed = decode_batch(4, 2000);
+    mixed.push_prefill(256, 0, false);
+    assert_eq!(
+        c.step_time_s(&mixed).graph_mode,
+        GraphMode::PiecewiseCudaGraph
+    );
+}
+
+#[test]
+fn prefill_attention_is_quadratic() {
+    let c = cost(
+        "llama-3.1-8b",
+        "h100",
+        ServeConfig {
+            max_num_batched_tokens: Some(32768),
+            ..Default::default()
+        },
+    );
+    let at = |ctx| {
+        let mut b = BatchShape::new();
+        b.push_prefill(2048, ctx, false);
+        c.step_time_s(&b).breakdown.attention_s
+    };
+    // A chunk after a long prefix pays for the whole prefix.
+    assert!(at(60_000) > 10.0 * at(0));
+}
+
+#[test]
+fn moe_touches_more_experts_with_more_tokens() {
+    let c = cost("qwen3-30b-a3b", "h100", ServeConfig::default());
+    let one = c.step_time_s(&decode_batch(1, 100));
+    assert!((one.breakdown.moe_experts_touched - 8.0).abs() < 1e-6);
+    let many = c.step_time_s(&decode_batch(256, 100));
+    assert!(
+        many.breakdown.moe_experts_touched > 127.0 && many.breakdown.moe_experts_touched <= 128.0
+    );
+    assert!(many.breakdown.moe_s > 5.0 * one.breakdown.moe_s);
+}
+
+#[test]
+fn tensor_parallel_trades_weights_for_all_reduce() {
+    let tp1 = cost(
+        "llama-3.1-70b",
+        "b200",
+        ServeConfig {
+            max_model_len: MaxModelLen::Tokens(8192),
+            ..Default::default()
+        },
+    );
+    let tp4 = cost(
+        "llama-3.1-70b",
+        "b200",
+        ServeConfig {
+            tensor_parallel_size: 4,
+            max_model_len: MaxModelLen::Tokens(8192),
+            ..Default::default()
+        },
+    );
+    let b = decode_batch(8, 2000);
+    let (a, d) = (tp1.step_time_s(&b), tp4.step_time_s(&b));
+    assert_eq!(a.breakdown.tp_allreduce_s, 0.0);
+    // 2 all-reduces per layer at >= 10 us each.
+    assert!(d.breakdown.tp_allreduce_s >= 160.0 * 10e-6);
+    assert!((a.breakdown.linear_memory_s / d.breakdown.linear_memory_s - 4.0).abs() < 0.3);
+    assert!(d.step_time_s < a.step_time_s);
+    // MI300X TP=2 is link-limited (one 64 GB/s xGMI link): all-reduce is slower than on H100.
+    let big = decode_batch(512, 100);
+    let mi = cost(
+        "llama-3.1-8b",
+        "mi300x",
+        ServeConfig {
+            tensor_parallel_size: 2,
+            ..Default::default()
+        },
+    )
+    .step_time_s(&big);
+    let h = cost(
+        "llama-3.1-8b",
+        "h100",
+        ServeConfig {
+            tensor_parallel_size: 2,
+            ..Default::default()
+        },
+    )
+    .step_time_s(&big);
+    assert!(mi.breakdown.tp_allreduce_s > 2.0 * h.breakdown.tp_allreduce_s);
+}
+
+#[test]
+fn pipeline_parallel_reports_stage_time_and_bubble() {
+    let c = cost(
+        "llama-3.1-70b",
+        "h100",
+        ServeConfig {
+            tensor_parallel_size: 2,
+            pipeline_parallel_size: 2,
+            max_model_len: MaxModelLen::Tokens(8192),
+            ..Default::default()
+        },
+    );
+    let s = c.step_time_s(&decode_batch(32, 1000));
+    assert!(s.breakdown.pp_p2p_s > 0.0);
+    assert!(s.stage_time_s < s.step_time_s && s.stage_time_s > 0.4 * s.step_time_s);
+    assert!((s.breakdown.pp_bubble_s - (s.step_time_s - s.stage_time_s)).abs() < 1e-12);
+}
+
+#[test]
+fn eager_costs_most_at_small_batch() {
+    let graphs = cost("llama-3.1-8b", "h100", ServeConfig::default());
+    let eager = cost(
+        "llama-3.1-8b",
+        "h100",
+        ServeConfig {
+            enforce_eager: true,
+            ..Default::default()
+        },
+    );
+    let small = decode_batch(1, 500);
+    let (g, e) = (graphs.step_time_s(&small), eager.step_time_s(&small));
+    assert_eq!(e.graph_mode, GraphMode::Eager);
+    let slow = e.step_time_s / g.step_time_s;
+    assert!(slow > 1.15 && slow < 1.6, "{slow}");
+    let big = decode_batch(512, 2000);
+    let slow_big = eager.step_time_s(&big).step_time_s / graphs.step_time_s(&big).step_time_s;
+    assert!(slow_big < slow, "{slow_big} vs {slow}");
+}
+
+#[test]
+fn async_scheduling_hides_host_time() {
+    let on = cost("llama-3.1-8b", "h100", ServeConfig::default());
+    let off = cost(
+        "llama-3.1-8b",
+        "h100",
+        ServeConfig {
+            async_scheduling: false,
+            ..Default::default()
+        },
+    );
+    let b = decode_batch(64, 1000);
+    let (a, s) = (on.step_time_s(&b), off.step_time_s(&b));
+    assert!((a.breakdown.host_exposed_s - 150e-6).abs() < 1e-9);
+    assert!(s.breakdown.host_exposed_s > a.breakdown.host_exposed_s);
+    assert!(s.step_time_s > a.step_time_s);
+}
+
+#[test]
+fn speculative_decoding_widens_verify_and_adds_drafting() {
+    let spec = SpecDecodeConfig::from_json(r#"{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}"#).unwrap();
+    let c = cost(
+        "llama-3.1-8b",
+        "h100",
+        ServeConfig {
+            speculative: Some(spec.clone()),
+            ..Default::default()
+        },
+    );
+    let base = cost("llama-3.1-8b", "h100", ServeConfig::default());
+    let verify: BatchShape = (0..4).map(|_| SeqChunk::verify(2000, 3)).collect();
+    let v = c.step_time_s(&verify);
+    let d = base.step_time_s(&decode_batch(4, 2000));
+    assert_eq!(v.num_tokens, 16);
+    assert_eq!(v.num_sampled_rows, 16);
+    assert!(v.breakdown.spec_draft_s > 0.0);
+    assert!(v.step_time_s > d.step_time_s && v.step_time_s < 2.0 * d.step_time_s);
+    // Net effect at low load: tokens per second improve with EAGLE-3's default acceptance.
+    let speedup = spec.mean_tokens_per_step() / v.step_time_s / (1.0 / d.step_time_s);
+    assert!(speedup > 1.5, "{speedup}");
+    assert_eq!(v.graph_mode, GraphMode::FullCudaGraph);
+
+    let ngram = SpecDecodeConfig::from_json(
+        r#"{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}"#,
+    )
+    .unwrap();
+    let n = cost(
+        "llama-3.1-8b",
+        "h100",
+        ServeConfig {
+            speculative: Some(ngram),
+            async_scheduling: false,
+            ..Default::default()
+        },
+    );
+    let s = n.step_time_s(&(0..4).map(|_| SeqChunk::verify(2000, 4)).collect());
+    assert_eq!(s.breakdown.spec_draft_s, 0.0);
+    assert!(s.breakdown.host_cpu_s > 4.0 * 15e-6);
+
+    let mtp =
+        SpecDecodeConfig::from_json(r#"{"method":"deepseek_mtp","num_speculative_tokens":1}"#)
+            .unwrap();
+    let ds = cost(
+        "deepseek-v3",
+        "h200",
+        ServeConfig {
+            tensor_parallel_size: 8,
+            speculative: Some(mtp),
+            ..Default::default()
+        },
+    );
+    let s = ds.step_time_s(&(0..8).map(|_| SeqChunk::verify(4000, 1)).collect());
+    assert!(s.breakdown.spec_draft_s > 0.0 && s.breakdown.spec_draft_s < s.step_time_s * 0.5);
+
+    let draft = model::lookup("llama-3.1-8b").unwrap();
+    let dm = SpecDecodeConfig::from_json(
+        r#"{"method":"draft_model","model":"meta-llama/Llama-3.1-8B","num_speculative_tokens":2}"#,
+    )
+    .unwrap();
+    let big = cost(
+        "llama-3.1-70b",
+        "h100",
+        ServeConfig {
+            tensor_parallel_size: 4,
+            max_model_len: MaxModelLen::Tokens(8192),
+            speculative: Some(dm),
+            draft_model: Some(draft),
+            ..Default::default()
+        },
+    );
+    let s = big.step_time_s(&(0..2).map(|_| SeqChunk::verify(1000, 2)).collect());
+    assert!(s.breakdown.spec_draft_s > 0.0);
+}
+
+#[test]
+fn degenerate_batches_do_not_panic() {
+    let c = cost("gpt-oss-20b", "h100", ServeConfig::default());
+    let empty = c.step_time_s(&BatchShape::new());
+    assert_eq!(empty.step_time_s, 0.0);
+    let zeros: BatchShape = (0..5)
+        .map(|_| SeqChunk {
+            new_tokens: 0,
+            context_len: 7,
+            draft_tokens: 3,
+            emits_token: true,
+        })
+        .collect();
+    assert_eq!(c.step_time_s(&zeros).num_tokens, 0);
+    let huge: BatchShape = (0..3)
+        .map(|_| SeqChunk {
+            new_tokens: u32::MAX,
+            context_len: u32::MAX,
+            draft_tokens: u32::MAX,
+            emits_token: true,
+        })
+        .collect();
+    let s = c.step_time_s(&huge);
+    assert!(s.step_time_s.is_finite() && s.step_time_s > 0.0);
+}
+
+#[test]
+fn every_catalog_model_and_gpu_costs_a_step() {
+    for m in model::catalog() {
+        for g in gpu::catalog() {
+            let Ok(rc) = ServeConfig {
+                tensor_parallel_size: 8,
+                ..Default::default()
+            }
+            .resolve(&m, g) else {
+                continue;
+            };
+            let c = CostModel::new(&m, g, &rc).unwrap();
+            let mut b = decode_batch(32, 3000);
+            b.push_prefill(1024, 0, true);
+            let s = c.step_time_s(&b);
+            assert!(
+                s.step_time_s.is_finite() && s.step_time_s > 0.0 && s.step_time_s < 10.0,
+                "{} {}",
+                m.name,
+                g.key
+            );
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn random_batches_give_finite_bounded_costs(
+        seqs in prop::collection::vec((1u32..4096, 0u32..200_000, 0u32..4, any::<bool>()), 1..64),
+        model_idx in 0usize..12,
+    ) {
+        let m = &model::catalog()[model_idx];
+        let g = gpu::lookup("b200").unwrap();
+        let rc = ServeConfig { tensor_parallel_size: 8, ..Default::default() }.resolve(m, g).unwrap();
+        let c = CostModel::new(m, g, &rc).unwrap();
+        let batch: BatchShape = seqs.iter().map(|&(n, ctx, d, e)| SeqChunk { new_tokens: n, context_len: ctx, draft_tokens: d, emits_token: e }).collect();
+        let s = c.step_time_s(&batch);
+        prop_assert!(s.step_time_s.is_finite() && s.step_time_s > 0.0);
+        prop_assert!(s.gpu_time_s <= s.step_time_s);
+        for v in [s.utilisation.tensor_active, s.utilisation.dram_active, s.utilisation.sm_active] {
+            prop_assert!((0.0..=1.0).contains(&v));
+        }
+        // Adding a request never makes the step faster.
+        let mut more = batch.clone();
+        more.push(SeqChunk::decode(1000));
+        prop_assert!(c.step_time_s(&more).step_time_s >= s.step_time_s * 0.999_999);
+    }
+}
