@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod simulate;
+
 #[derive(Parser)]
 #[command(
     name = "vllm-twin",
@@ -21,6 +23,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Simulate a workload on a modelled GPU + model + vLLM flags, in virtual time.
+    ///
+    /// Usage: vllm-twin simulate [MODEL] [vllm serve flags] [twin flags]. Paste a real
+    /// `vllm serve` command line after `simulate`; run `vllm-twin simulate --help-flags`
+    /// for the twin's own flags.
+    #[command(disable_help_flag = true)]
+    Simulate {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// List the models the twin knows (any config.json works via --model-config).
+    Models,
+    /// List the GPUs the twin knows.
+    Gpus,
     /// Run oracle scenarios through the twin and compare traces with vLLM's own.
     Conformance {
         #[command(subcommand)]
@@ -46,6 +62,9 @@ enum ConformanceCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Simulate { args } => simulate::run(&args),
+        Command::Models => list_models(),
+        Command::Gpus => list_gpus(),
         Command::Conformance { command } => match command {
             ConformanceCommand::Run { scenarios, out_dir } => {
                 conformance_run(&scenarios, out_dir.as_deref())
@@ -62,6 +81,36 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn list_models() -> Result<ExitCode> {
+    println!("{:<44} {:>8} {:>7} {:>9} {:>10}", "model", "params", "layers", "kv heads", "max len");
+    for m in twin_cost::model::catalog() {
+        println!(
+            "{:<44} {:>7.1}B {:>7} {:>9} {:>10}",
+            m.name,
+            m.params_total() as f64 / 1e9,
+            m.num_layers,
+            m.num_kv_heads,
+            m.max_position_embeddings
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list_gpus() -> Result<ExitCode> {
+    println!("{:<12} {:<28} {:>9} {:>11} {:>14}", "key", "name", "memory", "HBM TB/s", "bf16 TFLOP/s");
+    for g in twin_cost::gpu::catalog() {
+        println!(
+            "{:<12} {:<28} {:>6.0} GB {:>11.2} {:>14.0}",
+            g.key,
+            g.device_name,
+            g.memory_bytes as f64 / 1e9,
+            g.hbm_bandwidth_bytes_per_s / 1e12,
+            g.bf16_dense_flops_per_s / 1e12
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn load_scenario(path: &Path) -> Result<twin_conformance::Scenario> {

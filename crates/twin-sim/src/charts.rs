@@ -1,0 +1,180 @@
+//! Small, dependency-free SVG charts for the report: time series and latency CDFs.
+
+use std::fmt::Write as _;
+
+use crate::report::Report;
+
+const W: f64 = 720.0;
+const H: f64 = 320.0;
+const PAD_L: f64 = 64.0;
+const PAD_R: f64 = 16.0;
+const PAD_T: f64 = 36.0;
+const PAD_B: f64 = 40.0;
+const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+
+/// One line of a chart: label and (x, y) points.
+pub struct Series<'a> {
+    pub label: &'a str,
+    pub points: Vec<(f64, f64)>,
+}
+
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if v <= m * p {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A line chart with axes, ticks and a legend.
+pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series<'_>], y_max_hint: Option<f64>) -> String {
+    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let x_max = nice_max(xs.fold(0.0, f64::max));
+    let y_max = y_max_hint.unwrap_or_else(|| nice_max(ys.fold(0.0, f64::max)));
+    let pw = W - PAD_L - PAD_R;
+    let ph = H - PAD_T - PAD_B;
+    let px = |x: f64| PAD_L + (x / x_max).clamp(0.0, 1.0) * pw;
+    let py = |y: f64| PAD_T + ph - (y / y_max).clamp(0.0, 1.0) * ph;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="20" font-size="14" font-weight="bold">{}</text>"#,
+        PAD_L,
+        esc(title)
+    );
+    for i in 0..=4 {
+        let f = i as f64 / 4.0;
+        let (gx, gy) = (PAD_L + f * pw, PAD_T + ph - f * ph);
+        let _ = write!(
+            s,
+            r##"<line x1="{PAD_L}" y1="{gy:.1}" x2="{:.1}" y2="{gy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            PAD_L + pw,
+            PAD_L - 6.0,
+            gy + 4.0,
+            fmt_tick(f * y_max),
+            PAD_T + ph + 16.0,
+            fmt_tick(f * x_max)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{:.1}" stroke="#333"/><line x1="{PAD_L}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text transform="translate(14,{:.1}) rotate(-90)" text-anchor="middle">{}</text>"##,
+        PAD_T + ph,
+        PAD_T + ph,
+        PAD_L + pw,
+        PAD_T + ph,
+        PAD_L + pw / 2.0,
+        H - 6.0,
+        esc(x_label),
+        PAD_T + ph / 2.0,
+        esc(y_label)
+    );
+    for (i, ser) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let mut d = String::new();
+        // Thin long series to at most ~2000 points per line.
+        let step = (ser.points.len() / 2000).max(1);
+        for (j, (x, y)) in ser.points.iter().step_by(step).enumerate() {
+            let _ = write!(d, "{}{:.1},{:.1} ", if j == 0 { "M" } else { "L" }, px(*x), py(*y));
+        }
+        let _ = write!(
+            s,
+            r#"<path d="{}" fill="none" stroke="{color}" stroke-width="1.5"/><rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            d.trim_end(),
+            PAD_L + pw - 150.0,
+            PAD_T + 4.0 + 16.0 * i as f64,
+            PAD_L + pw - 136.0,
+            PAD_T + 13.0 + 16.0 * i as f64,
+            esc(ser.label)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn fmt_tick(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 1000.0 {
+        format!("{:.0}", v)
+    } else if v.abs() >= 10.0 {
+        format!("{:.0}", v)
+    } else if v.abs() >= 1.0 {
+        format!("{:.1}", v)
+    } else {
+        format!("{:.3}", v)
+    }
+}
+
+/// Every chart of a report, as (file name, SVG).
+pub fn all(r: &Report) -> Vec<(&'static str, String)> {
+    let t = |f: &dyn Fn(&crate::report::SecondRow) -> f64| -> Vec<(f64, f64)> {
+        r.seconds.iter().map(|row| (row.t_s as f64, f(row))).collect()
+    };
+    vec![
+        (
+            "kv_cache_usage.svg",
+            line_chart(
+                "KV cache usage (vllm:kv_cache_usage_perc)",
+                "time (s)",
+                "fraction of blocks",
+                &[
+                    Series { label: "mean", points: t(&|x| x.kv_cache_usage_mean) },
+                    Series { label: "max", points: t(&|x| x.kv_cache_usage_max) },
+                ],
+                Some(1.0),
+            ),
+        ),
+        (
+            "running_waiting.svg",
+            line_chart(
+                "Requests running vs waiting",
+                "time (s)",
+                "requests",
+                &[
+                    Series { label: "running", points: t(&|x| x.num_running_mean) },
+                    Series { label: "waiting", points: t(&|x| x.num_waiting_mean) },
+                ],
+                None,
+            ),
+        ),
+        (
+            "latency_over_time.svg",
+            line_chart(
+                "TTFT and ITL over time (per-second means)",
+                "time (s)",
+                "seconds",
+                &[
+                    Series { label: "TTFT mean", points: t(&|x| x.ttft_mean_s) },
+                    Series { label: "ITL mean", points: t(&|x| x.itl_mean_s) },
+                    Series { label: "ITL max", points: t(&|x| x.itl_max_s) },
+                ],
+                None,
+            ),
+        ),
+        (
+            "latency_cdf.svg",
+            line_chart(
+                "Latency CDFs",
+                "seconds",
+                "fraction of samples",
+                &[
+                    Series { label: "TTFT", points: r.ttft_hist.cdf_points(200).into_iter().map(|(v, q)| (v, q)).collect() },
+                    Series { label: "ITL", points: r.itl_hist.cdf_points(200) },
+                    Series { label: "E2E", points: r.e2e_hist.cdf_points(200) },
+                ],
+                Some(1.0),
+            ),
+        ),
+    ]
+}

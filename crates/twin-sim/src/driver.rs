@@ -1,0 +1,400 @@
+//! The virtual-time loop: workload → (DP balancer) → EngineCore per engine, with each
+//! step's duration from the cost model. vLLM's latency intervals are computed the way
+//! `vllm/v1/metrics/stats.py` computes them (see [`RequestTimes`]).
+
+use twin_cost::{gpu, BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, SeqChunk, ServeConfig, SpecMethod};
+use twin_engine::synthetic::SyntheticModelRunner;
+use twin_engine::{
+    EngineCore, EngineCoreEventType, NewRequest, SamplingParams, SchedulerConfig,
+    SchedulingPolicy,
+};
+use twin_workload::{RequestSpec, Workload, WorkloadSpec};
+
+use crate::observe::{FinishedRequest, Observer, StepSample};
+use crate::SimError;
+
+/// API-server work outside the engine (named constants; the frontend is not costed
+/// per token). TTFT and E2E include them, as vLLM measures from the frontend's arrival.
+pub mod frontend {
+    /// Rendering + tokenising a prompt before `add_request`, per request.
+    pub const TOKENIZE_BASE_S: f64 = 0.000_3;
+    /// ... and per prompt token (fast Rust tokenizers: ~20 M tokens/s).
+    pub const TOKENIZE_PER_TOKEN_S: f64 = 5e-8;
+    /// Output processing (detokenise, build the response) after each engine output.
+    pub const DETOKENIZE_S: f64 = 0.000_2;
+}
+
+/// Scheduler knobs that are not part of the start-up memory plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerKnobs {
+    pub max_num_active_seqs: Option<usize>,
+    pub long_prefill_token_threshold: usize,
+    pub long_prefill_token_threshold_adaptive: bool,
+    pub enable_prefix_caching: bool,
+    pub policy: SchedulingPolicy,
+    pub watermark: f64,
+    pub scheduler_reserve_full_isl: bool,
+    pub prefill_schedule_interval: usize,
+    pub cache_aware_admission_window: usize,
+    pub cache_aware_admission_threshold: f64,
+}
+
+impl Default for SchedulerKnobs {
+    fn default() -> Self {
+        SchedulerKnobs {
+            max_num_active_seqs: None,
+            long_prefill_token_threshold: 0,
+            long_prefill_token_threshold_adaptive: false,
+            enable_prefix_caching: true,
+            policy: SchedulingPolicy::Fcfs,
+            watermark: 0.0,
+            scheduler_reserve_full_isl: true,
+            prefill_schedule_interval: 1,
+            cache_aware_admission_window: 0,
+            cache_aware_admission_threshold: 0.5,
+        }
+    }
+}
+
+/// Everything a simulation needs.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub model: ModelSpec,
+    pub gpu: GpuSpec,
+    pub serve: ServeConfig,
+    pub knobs: SchedulerKnobs,
+    pub data_parallel_size: usize,
+    pub workload: WorkloadSpec,
+    pub seed: u64,
+}
+
+impl SimConfig {
+    /// Llama-3.1-8B-Instruct on one H100 SXM at vLLM 0.34 defaults.
+    pub fn default_engine(workload: WorkloadSpec) -> Result<Self, SimError> {
+        Ok(SimConfig {
+            model: twin_cost::model::lookup("meta-llama/Llama-3.1-8B-Instruct")?,
+            gpu: gpu::lookup("h100-sxm")?.clone(),
+            serve: ServeConfig::default(),
+            knobs: SchedulerKnobs::default(),
+            data_parallel_size: 1,
+            workload,
+            seed: 0,
+        })
+    }
+}
+
+/// What start-up produced: the plan and the scheduler configuration derived from it.
+#[derive(Clone, Debug)]
+pub struct Startup {
+    pub plan: MemoryPlan,
+    pub scheduler: SchedulerConfig,
+}
+
+/// `vllm serve` start-up: memory plan (which may refuse to start) → scheduler config.
+pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
+    let plan = twin_cost::plan_memory(&cfg.model, &cfg.gpu, &cfg.serve)?;
+    let r = &plan.config;
+    let (k, lookahead, draft_slots) = match &r.speculative {
+        None => (0, 0, 0),
+        Some(s) => {
+            let k = s.num_speculative_tokens as usize;
+            match s.method {
+                SpecMethod::Ngram => (k, 0, 0),
+                SpecMethod::DraftModel => (k, k, 1),
+                _ => (k, k, 0),
+            }
+        }
+    };
+    let mnbt = r.max_num_batched_tokens as usize;
+    let scheduler = SchedulerConfig {
+        block_size: r.block_size as usize,
+        num_gpu_blocks: plan.num_gpu_blocks as usize,
+        max_num_batched_tokens: mnbt,
+        max_num_scheduled_tokens: mnbt,
+        max_num_seqs: r.max_num_seqs as usize,
+        max_num_active_seqs: cfg.knobs.max_num_active_seqs,
+        long_prefill_token_threshold: cfg.knobs.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive: cfg.knobs.long_prefill_token_threshold_adaptive,
+        enable_prefix_caching: cfg.knobs.enable_prefix_caching,
+        enable_chunked_prefill: cfg.serve.enable_chunked_prefill,
+        max_model_len: r.max_model_len as usize,
+        policy: cfg.knobs.policy,
+        watermark: cfg.knobs.watermark,
+        scheduler_reserve_full_isl: cfg.knobs.scheduler_reserve_full_isl,
+        prefill_schedule_interval: cfg.knobs.prefill_schedule_interval,
+        cache_aware_admission_window: cfg.knobs.cache_aware_admission_window,
+        cache_aware_admission_threshold: cfg.knobs.cache_aware_admission_threshold,
+        num_speculative_tokens: k,
+        num_lookahead_tokens: lookahead,
+        draft_slots,
+        async_scheduling: r.async_scheduling,
+        pipeline_parallel_size: r.pipeline_parallel_size as usize,
+    };
+    scheduler.validate().map_err(|e| SimError::Config {
+        field: format!("--{}", e.field.replace('_', "-")),
+        message: e.message,
+    })?;
+    Ok(Startup { plan, scheduler })
+}
+
+/// vLLM's per-request timestamps (`RequestStateStats`), in simulated seconds.
+#[derive(Clone, Debug, Default)]
+pub struct RequestTimes {
+    pub arrival_s: f64,
+    pub queued_s: f64,
+    pub scheduled_s: Option<f64>,
+    pub first_token_s: Option<f64>,
+    pub last_token_s: f64,
+    pub num_generation_tokens: usize,
+    pub num_preemptions: usize,
+    pub num_cached_tokens: usize,
+}
+
+struct Tracked {
+    spec: RequestSpec,
+    times: RequestTimes,
+    /// Output tokens, kept only when a later session turn needs them.
+    outputs: Vec<u32>,
+}
+
+struct EngineSlot {
+    core: EngineCore,
+    runner: SyntheticModelRunner,
+    cost: CostModel,
+    batch: BatchShape,
+    /// When this engine next takes a step.
+    clock_s: f64,
+    gpu_free_s: f64,
+    /// End times of batches in flight, oldest first.
+    in_flight_end_s: std::collections::VecDeque<f64>,
+    tracked: Vec<Option<Tracked>>,
+    num_in_system: usize,
+}
+
+/// Run the simulation to completion, reporting to `observer`.
+pub fn run(cfg: &SimConfig, startup: &Startup, observer: &mut dyn Observer) -> Result<(), SimError> {
+    let mut workload = Workload::new(cfg.workload.clone())?;
+    let dp = cfg.data_parallel_size.max(1);
+    let mut engines = Vec::with_capacity(dp);
+    for e in 0..dp {
+        let mut runner = SyntheticModelRunner::new(cfg.seed ^ (e as u64) << 32, cfg.model.vocab_size as u32);
+        if let Some(s) = &startup.plan.config.speculative {
+            runner.acceptance_per_position = (0..s.num_speculative_tokens as usize).map(|i| s.acceptance(i)).collect();
+        }
+        engines.push(EngineSlot {
+            core: EngineCore::new(startup.scheduler.clone()).map_err(|e| SimError::Config {
+                field: e.field.to_string(),
+                message: e.message,
+            })?,
+            runner,
+            cost: CostModel::from_plan(&cfg.model, &cfg.gpu, &startup.plan)?,
+            batch: BatchShape::with_capacity(startup.scheduler.max_num_seqs),
+            clock_s: 0.0,
+            gpu_free_s: 0.0,
+            in_flight_end_s: Default::default(),
+            tracked: Vec::new(),
+            num_in_system: 0,
+        });
+    }
+    let max_model_len = startup.scheduler.max_model_len;
+    let mut in_flight_total = 0usize;
+    loop {
+        // The earliest thing that happens next: an arrival, or an engine step.
+        let next_arrival = workload.next_time();
+        let next_engine = engines
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.core.has_work())
+            .min_by(|a, b| a.1.clock_s.total_cmp(&b.1.clock_s))
+            .map(|(i, e)| (i, e.clock_s));
+        match (next_arrival, next_engine) {
+            (None, None) => {
+                if in_flight_total == 0 || workload.is_exhausted() {
+                    break;
+                }
+                return Err(SimError::Stuck);
+            }
+            (Some(t), engine) if engine.is_none_or(|(_, te)| t <= te) => {
+                let spec = workload.pop_due(t).expect("due arrival");
+                let e = pick_engine(&engines);
+                let slot = &mut engines[e];
+                let add_s = spec.arrival_time_s
+                    + frontend::TOKENIZE_BASE_S
+                    + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
+                let prompt_len = spec.prompt_token_ids.len();
+                if prompt_len >= max_model_len {
+                    // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
+                    observer.on_rejected(&spec);
+                    workload.on_finished(&spec, None, spec.arrival_time_s);
+                    continue;
+                }
+                // An unset max_tokens defaults to what fits; a forced one is capped the same way.
+                let max_tokens = spec.max_tokens.min(max_model_len - prompt_len);
+                let h = slot.core.add_request(
+                    NewRequest {
+                        request_id: String::new(),
+                        prompt_token_ids: spec.prompt_token_ids.clone(),
+                        sampling: SamplingParams {
+                            max_tokens,
+                            min_tokens: 0,
+                            stop_token_ids: Vec::new(),
+                            eos_token_id: None,
+                        },
+                        arrival_time_s: spec.arrival_time_s,
+                        priority: 0,
+                        cache_salt: None,
+                        lora_name: None,
+                    },
+                    add_s,
+                );
+                if slot.tracked.len() <= h.index() {
+                    slot.tracked.resize_with(h.index() + 1, || None);
+                }
+                let keep_outputs = spec.session.is_some();
+                slot.tracked[h.index()] = Some(Tracked {
+                    times: RequestTimes {
+                        arrival_s: spec.arrival_time_s,
+                        queued_s: add_s,
+                        ..Default::default()
+                    },
+                    outputs: if keep_outputs { Vec::with_capacity(max_tokens) } else { Vec::new() },
+                    spec,
+                });
+                if !slot.core.has_work() || slot.clock_s < add_s {
+                    slot.clock_s = slot.clock_s.max(add_s);
+                }
+                slot.num_in_system += 1;
+                in_flight_total += 1;
+            }
+            (_, Some((e, t))) => {
+                let finished = step_engine(&mut engines[e], e, t, observer, &mut workload);
+                in_flight_total -= finished;
+                engines[e].num_in_system -= finished;
+            }
+            (Some(_), None) => unreachable!("handled by the arrival arm"),
+        }
+    }
+    Ok(())
+}
+
+/// vLLM's DP load balancing: the engine with the fewest waiting (×4) plus running requests.
+/// vLLM: `DPLBAsyncMPClient.get_core_engine_for_request`.
+fn pick_engine(engines: &[EngineSlot]) -> usize {
+    let score = |e: &EngineSlot| {
+        let s = e.core.scheduler();
+        s.num_waiting() * 4 + s.running().len()
+    };
+    (0..engines.len()).min_by_key(|&i| (score(&engines[i]), i)).unwrap_or(0)
+}
+
+/// One engine step at `t`; returns how many requests finished.
+fn step_engine(slot: &mut EngineSlot, engine: usize, t: f64, observer: &mut dyn Observer, workload: &mut Workload) -> usize {
+    let cost = &slot.cost;
+    let batch = &mut slot.batch;
+    let mut step_cost = None;
+    let mut sample = StepSample::default();
+    let report = slot.core.step(&mut slot.runner, t, |sched, so| {
+        let _ = sched;
+        batch.clear();
+        for e in &so.scheduled {
+            batch.push(SeqChunk {
+                new_tokens: e.num_scheduled_tokens as u32,
+                context_len: e.num_computed_tokens as u32,
+                draft_tokens: e.spec_range.len() as u32,
+                emits_token: e.samples,
+            });
+        }
+        if so.total_num_scheduled_tokens > 0 {
+            step_cost = Some(cost.step_time_s(batch));
+        }
+        sample.num_scheduled_tokens = so.total_num_scheduled_tokens;
+        sample.num_scheduled_reqs = so.scheduled.len();
+        sample.num_preempted = so.preempted.len();
+        // A decode is one sampled token plus its drafts; anything wider is prefill work.
+        sample.num_prefill_tokens = so
+            .scheduled
+            .iter()
+            .filter(|e| !e.samples || e.num_scheduled_tokens > 1 + e.spec_range.len())
+            .map(|e| e.num_scheduled_tokens)
+            .sum();
+        sample.at_token_budget = so.total_num_scheduled_tokens >= sched.config().max_num_scheduled_tokens;
+    });
+    if report.scheduled {
+        let dur = step_cost.as_ref().map_or(0.0, |c| c.step_time_s);
+        let start = t.max(slot.gpu_free_s);
+        let end = start + dur;
+        if dur > 0.0 {
+            slot.gpu_free_s = end;
+        }
+        slot.in_flight_end_s.push_back(if dur > 0.0 { end } else { t });
+        sample.start_s = start;
+        sample.end_s = end;
+        sample.cost = step_cost;
+    }
+    let mut finished = 0;
+    let mut out_time = t;
+    if report.updated_step.is_some() {
+        out_time = slot.in_flight_end_s.pop_front().unwrap_or(t).max(t);
+        let outs = slot.core.outputs();
+        for o in &outs.outputs {
+            let Some(Some(tr)) = slot.tracked.get_mut(o.handle.index()) else {
+                continue;
+            };
+            let toks = outs.new_tokens(o);
+            for ev in &o.events {
+                match ev.kind {
+                    EngineCoreEventType::Queued => tr.times.queued_s = ev.timestamp_s,
+                    EngineCoreEventType::Scheduled => {
+                        tr.times.scheduled_s.get_or_insert(ev.timestamp_s);
+                    }
+                    EngineCoreEventType::Preempted => tr.times.num_preemptions += 1,
+                }
+            }
+            if let Some(ps) = o.prefill_stats {
+                tr.times.num_cached_tokens = ps.num_local_cached_tokens + ps.num_external_cached_tokens;
+            }
+            if !toks.is_empty() {
+                let first = tr.times.first_token_s.is_none();
+                if first {
+                    tr.times.first_token_s = Some(out_time);
+                    observer.on_first_token(engine, &tr.times, out_time + frontend::DETOKENIZE_S, o.num_prompt_tokens);
+                } else {
+                    observer.on_inter_token(engine, out_time - tr.times.last_token_s, out_time);
+                }
+                tr.times.last_token_s = out_time;
+                tr.times.num_generation_tokens += toks.len();
+                if tr.spec.session.is_some() {
+                    tr.outputs.extend_from_slice(toks);
+                }
+            }
+            if let Some(reason) = o.finish_reason {
+                let tr = slot.tracked[o.handle.index()].take().expect("tracked");
+                finished += 1;
+                slot.runner.forget(o.handle);
+                let e2e_end = out_time + frontend::DETOKENIZE_S;
+                observer.on_finished(
+                    engine,
+                    &FinishedRequest {
+                        times: &tr.times,
+                        finish_reason: reason,
+                        num_prompt_tokens: o.num_prompt_tokens,
+                        max_tokens: o.max_tokens,
+                        e2e_s: e2e_end - tr.times.arrival_s,
+                    },
+                );
+                workload.on_finished(&tr.spec, Some(&tr.outputs), e2e_end);
+            }
+        }
+        sample.stats = Some(outs.scheduler_stats.clone());
+        sample.num_outputs = outs.outputs.len();
+        sample.num_generated_tokens = outs.tokens.len();
+    }
+    sample.t_s = out_time;
+    observer.on_step(engine, &sample);
+    // Sync waits for its batch; async returns at once after a fill-up schedule.
+    slot.clock_s = if report.updated_step.is_some() { out_time } else { t };
+    if report.idle {
+        slot.clock_s = t;
+    }
+    finished
+}

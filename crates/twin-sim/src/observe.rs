@@ -1,0 +1,79 @@
+//! What the driver tells its observers (the report, the metrics recorder, the sandbox).
+
+use twin_cost::StepCost;
+use twin_engine::{FinishReason, SchedulerStats};
+use twin_workload::RequestSpec;
+
+use crate::driver::RequestTimes;
+
+/// One engine step, after its outputs (if any) were applied.
+#[derive(Clone, Debug, Default)]
+pub struct StepSample {
+    /// Simulated time the step's outputs became available (or it was scheduled).
+    pub t_s: f64,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub num_scheduled_tokens: usize,
+    pub num_prefill_tokens: usize,
+    pub num_scheduled_reqs: usize,
+    pub num_preempted: usize,
+    pub at_token_budget: bool,
+    pub num_outputs: usize,
+    /// Tokens the applied batch generated (after stop trimming).
+    pub num_generated_tokens: usize,
+    pub cost: Option<StepCost>,
+    /// Present when the step applied a batch (vLLM: `SchedulerStats` from update_from_output).
+    pub stats: Option<SchedulerStats>,
+}
+
+pub struct FinishedRequest<'a> {
+    pub times: &'a RequestTimes,
+    pub finish_reason: FinishReason,
+    pub num_prompt_tokens: usize,
+    pub max_tokens: usize,
+    /// Frontend end-to-end latency (`iteration_timestamp - arrival_time`).
+    pub e2e_s: f64,
+}
+
+/// Receives the run as it happens. All times are simulated seconds.
+pub trait Observer {
+    /// A request's first output; `frontend_s` is when the API server emits it.
+    fn on_first_token(&mut self, engine: usize, times: &RequestTimes, frontend_s: f64, num_prompt_tokens: usize);
+    /// A later output of a request: `itl_s` since its previous output (engine clock).
+    fn on_inter_token(&mut self, engine: usize, itl_s: f64, t_s: f64);
+    fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>);
+    /// Refused by the frontend (prompt longer than max_model_len).
+    fn on_rejected(&mut self, req: &RequestSpec);
+    fn on_step(&mut self, engine: usize, step: &StepSample);
+}
+
+/// Fan out to several observers.
+pub struct Tee<'a>(pub Vec<&'a mut dyn Observer>);
+
+impl Observer for Tee<'_> {
+    fn on_first_token(&mut self, engine: usize, times: &RequestTimes, frontend_s: f64, n: usize) {
+        for o in &mut self.0 {
+            o.on_first_token(engine, times, frontend_s, n);
+        }
+    }
+    fn on_inter_token(&mut self, engine: usize, itl_s: f64, t_s: f64) {
+        for o in &mut self.0 {
+            o.on_inter_token(engine, itl_s, t_s);
+        }
+    }
+    fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>) {
+        for o in &mut self.0 {
+            o.on_finished(engine, req);
+        }
+    }
+    fn on_rejected(&mut self, req: &RequestSpec) {
+        for o in &mut self.0 {
+            o.on_rejected(req);
+        }
+    }
+    fn on_step(&mut self, engine: usize, step: &StepSample) {
+        for o in &mut self.0 {
+            o.on_step(engine, step);
+        }
+    }
+}

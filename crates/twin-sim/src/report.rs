@@ -1,0 +1,412 @@
+//! The simulation report: an [`Observer`] that accumulates streaming statistics, then
+//! renders as text (terminal), JSON (`--json`, schema in docs/simulate.md) and a
+//! per-second time series (CSV).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use twin_engine::FinishReason;
+use twin_workload::RequestSpec;
+
+use crate::driver::RequestTimes;
+use crate::observe::{FinishedRequest, Observer, StepSample};
+use crate::quantiles::LogHistogram;
+
+/// Service-level objectives for goodput (a request meets them all or it does not count).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Slo {
+    pub ttft_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+    pub e2e_s: Option<f64>,
+}
+
+/// One row of the per-second time series.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SecondRow {
+    pub t_s: u64,
+    pub kv_cache_usage_mean: f64,
+    pub kv_cache_usage_max: f64,
+    pub num_running_mean: f64,
+    pub num_waiting_mean: f64,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    pub requests_finished: u64,
+    pub preemptions: u64,
+    pub ttft_mean_s: f64,
+    pub itl_mean_s: f64,
+    pub itl_max_s: f64,
+    pub tokens_per_step_mean: f64,
+    #[serde(skip)]
+    steps: u64,
+    #[serde(skip)]
+    ttft_n: u64,
+    #[serde(skip)]
+    itl_n: u64,
+}
+
+/// Accumulates everything while the run goes.
+#[derive(Clone, Debug, Default)]
+pub struct ReportBuilder {
+    pub slo: Slo,
+    ttft: LogHistogram,
+    itl: LogHistogram,
+    tpot: LogHistogram,
+    e2e: LogHistogram,
+    queue: LogHistogram,
+    prefill: LogHistogram,
+    decode: LogHistogram,
+    prompt_len: LogHistogram,
+    output_len: LogHistogram,
+    finish: BTreeMap<&'static str, u64>,
+    finished: u64,
+    rejected: u64,
+    goodput_ok: u64,
+    prompt_tokens_total: u64,
+    prompt_tokens_computed: u64,
+    generation_tokens_total: u64,
+    preemptions: u64,
+    prefix_queries: u64,
+    prefix_hits: u64,
+    steps: u64,
+    steps_with_tokens: u64,
+    steps_at_budget: u64,
+    scheduled_tokens: u64,
+    kv_usage_sum: f64,
+    kv_usage_max: f64,
+    running_max: usize,
+    waiting_max: usize,
+    gpu_busy_s: f64,
+    first_arrival_s: Option<f64>,
+    last_event_s: f64,
+    seconds: Vec<SecondRow>,
+}
+
+fn second(rows: &mut Vec<SecondRow>, t: f64) -> &mut SecondRow {
+    let s = t.max(0.0) as usize;
+    if rows.len() <= s {
+        let start = rows.len();
+        rows.extend((start..=s).map(|i| SecondRow {
+            t_s: i as u64,
+            ..Default::default()
+        }));
+    }
+    &mut rows[s]
+}
+
+impl Observer for ReportBuilder {
+    fn on_first_token(&mut self, _engine: usize, times: &RequestTimes, frontend_s: f64, _n: usize) {
+        let ttft = frontend_s - times.arrival_s;
+        self.ttft.record(ttft);
+        let row = second(&mut self.seconds, frontend_s);
+        row.ttft_mean_s += ttft;
+        row.ttft_n += 1;
+    }
+
+    fn on_inter_token(&mut self, _engine: usize, itl_s: f64, t_s: f64) {
+        self.itl.record(itl_s);
+        let row = second(&mut self.seconds, t_s);
+        row.itl_mean_s += itl_s;
+        row.itl_n += 1;
+        row.itl_max_s = row.itl_max_s.max(itl_s);
+    }
+
+    fn on_finished(&mut self, _engine: usize, r: &FinishedRequest<'_>) {
+        let t = r.times;
+        self.finished += 1;
+        *self.finish.entry(r.finish_reason.as_str()).or_insert(0) += 1;
+        self.e2e.record(r.e2e_s);
+        self.prompt_len.record(r.num_prompt_tokens as f64);
+        self.output_len.record(t.num_generation_tokens as f64);
+        self.prompt_tokens_total += r.num_prompt_tokens as u64;
+        self.generation_tokens_total += t.num_generation_tokens as u64;
+        self.preemptions += t.num_preemptions as u64;
+        let mut tpot = None;
+        if let (Some(sched), Some(first)) = (t.scheduled_s, t.first_token_s) {
+            self.queue.record(sched - t.queued_s);
+            self.prefill.record(first - sched);
+            let decode = t.last_token_s - first;
+            self.decode.record(decode);
+            if t.num_generation_tokens > 1 {
+                let v = decode / (t.num_generation_tokens - 1) as f64;
+                self.tpot.record(v);
+                tpot = Some(v);
+            }
+        }
+        let ttft = t.first_token_s.map(|f| f + crate::driver::frontend::DETOKENIZE_S - t.arrival_s);
+        let ok = r.finish_reason != FinishReason::Abort
+            && self.slo.ttft_s.is_none_or(|s| ttft.is_some_and(|x| x <= s))
+            && self.slo.tpot_s.is_none_or(|s| tpot.unwrap_or(0.0) <= s)
+            && self.slo.e2e_s.is_none_or(|s| r.e2e_s <= s);
+        self.goodput_ok += u64::from(ok);
+        let end = t.arrival_s + r.e2e_s;
+        second(&mut self.seconds, end).requests_finished += 1;
+        self.last_event_s = self.last_event_s.max(end);
+    }
+
+    fn on_rejected(&mut self, req: &RequestSpec) {
+        self.rejected += 1;
+        *self.finish.entry("rejected_prompt_too_long").or_insert(0) += 1;
+        self.first_arrival_s.get_or_insert(req.arrival_time_s);
+    }
+
+    fn on_step(&mut self, _engine: usize, s: &StepSample) {
+        self.steps += 1;
+        self.last_event_s = self.last_event_s.max(s.t_s);
+        if self.first_arrival_s.is_none() {
+            self.first_arrival_s = Some(0.0);
+        }
+        if s.num_scheduled_tokens > 0 {
+            self.steps_with_tokens += 1;
+            self.scheduled_tokens += s.num_scheduled_tokens as u64;
+            self.steps_at_budget += u64::from(s.at_token_budget);
+            self.prompt_tokens_computed += s.num_prefill_tokens as u64;
+        }
+        if let Some(c) = &s.cost {
+            self.gpu_busy_s += c.gpu_time_s;
+        }
+        let row = second(&mut self.seconds, s.t_s);
+        row.preemptions += s.num_preempted as u64;
+        if s.num_scheduled_tokens > 0 {
+            row.steps += 1;
+            row.tokens_per_step_mean += s.num_scheduled_tokens as f64;
+            row.prompt_tokens += s.num_prefill_tokens as u64;
+        }
+        if let Some(st) = &s.stats {
+            self.kv_usage_sum += st.kv_cache_usage;
+            self.kv_usage_max = self.kv_usage_max.max(st.kv_cache_usage);
+            self.running_max = self.running_max.max(st.num_running_reqs);
+            let waiting = st.num_waiting_reqs + st.num_skipped_waiting_reqs;
+            self.waiting_max = self.waiting_max.max(waiting);
+            self.prefix_queries += st.prefix_cache_stats.queries;
+            self.prefix_hits += st.prefix_cache_stats.hits;
+            row.kv_cache_usage_mean += st.kv_cache_usage;
+            row.kv_cache_usage_max = row.kv_cache_usage_max.max(st.kv_cache_usage);
+            row.num_running_mean += st.num_running_reqs as f64;
+            row.num_waiting_mean += waiting as f64;
+            row.generation_tokens += s.num_generated_tokens as u64;
+        }
+    }
+}
+
+/// Percentiles of one latency (seconds) or length (tokens).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Dist {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl From<&LogHistogram> for Dist {
+    fn from(h: &LogHistogram) -> Self {
+        Dist {
+            count: h.count(),
+            mean: h.mean(),
+            p50: h.quantile(0.5),
+            p90: h.quantile(0.9),
+            p95: h.quantile(0.95),
+            p99: h.quantile(0.99),
+            max: h.max(),
+        }
+    }
+}
+
+/// The finished report (`--json` prints this; schema in docs/simulate.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub duration_s: f64,
+    pub num_finished: u64,
+    pub num_rejected: u64,
+    pub requests_per_s: f64,
+    pub input_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub goodput_requests_per_s: f64,
+    pub slo: Slo,
+    pub ttft_s: Dist,
+    pub itl_s: Dist,
+    pub tpot_s: Dist,
+    pub e2e_s: Dist,
+    pub queue_s: Dist,
+    pub prefill_s: Dist,
+    pub decode_s: Dist,
+    pub prompt_tokens: Dist,
+    pub output_tokens: Dist,
+    pub finish_reasons: BTreeMap<&'static str, u64>,
+    pub num_preemptions: u64,
+    pub kv_cache_usage_mean: f64,
+    pub kv_cache_usage_peak: f64,
+    pub num_running_peak: usize,
+    pub num_waiting_peak: usize,
+    pub prefix_cache_hit_rate: f64,
+    pub num_steps: u64,
+    pub mean_tokens_per_step: f64,
+    pub share_of_steps_at_token_budget: f64,
+    pub computed_prompt_tokens: u64,
+    pub gpu_busy_share: f64,
+    #[serde(skip)]
+    pub seconds: Vec<SecondRow>,
+    #[serde(skip)]
+    pub ttft_hist: LogHistogram,
+    #[serde(skip)]
+    pub itl_hist: LogHistogram,
+    #[serde(skip)]
+    pub e2e_hist: LogHistogram,
+}
+
+impl ReportBuilder {
+    pub fn new(slo: Slo) -> Self {
+        ReportBuilder {
+            slo,
+            ..Default::default()
+        }
+    }
+
+    pub fn num_finished(&self) -> u64 {
+        self.finished + self.rejected
+    }
+
+    pub fn finish(mut self, num_engines: usize) -> Report {
+        let duration = (self.last_event_s - self.first_arrival_s.unwrap_or(0.0)).max(1e-9);
+        for row in &mut self.seconds {
+            if row.steps > 0 {
+                row.tokens_per_step_mean /= row.steps as f64;
+            }
+            let n = row.ttft_n.max(1) as f64;
+            row.ttft_mean_s /= n;
+            let n = row.itl_n.max(1) as f64;
+            row.itl_mean_s /= n;
+        }
+        // Gauges per second are averaged over the steps that reported stats.
+        let mut stat_steps = vec![0u64; self.seconds.len()];
+        for (i, row) in self.seconds.iter().enumerate() {
+            stat_steps[i] = row.steps.max(1);
+        }
+        for (row, n) in self.seconds.iter_mut().zip(stat_steps) {
+            row.kv_cache_usage_mean /= n as f64;
+            row.num_running_mean /= n as f64;
+            row.num_waiting_mean /= n as f64;
+        }
+        let stat_count = self.steps_with_tokens.max(1) as f64;
+        Report {
+            duration_s: duration,
+            num_finished: self.finished,
+            num_rejected: self.rejected,
+            requests_per_s: self.finished as f64 / duration,
+            input_tokens_per_s: self.prompt_tokens_total as f64 / duration,
+            output_tokens_per_s: self.generation_tokens_total as f64 / duration,
+            goodput_requests_per_s: self.goodput_ok as f64 / duration,
+            slo: self.slo,
+            ttft_s: (&self.ttft).into(),
+            itl_s: (&self.itl).into(),
+            tpot_s: (&self.tpot).into(),
+            e2e_s: (&self.e2e).into(),
+            queue_s: (&self.queue).into(),
+            prefill_s: (&self.prefill).into(),
+            decode_s: (&self.decode).into(),
+            prompt_tokens: (&self.prompt_len).into(),
+            output_tokens: (&self.output_len).into(),
+            finish_reasons: self.finish,
+            num_preemptions: self.preemptions,
+            kv_cache_usage_mean: self.kv_usage_sum / stat_count,
+            kv_cache_usage_peak: self.kv_usage_max,
+            num_running_peak: self.running_max,
+            num_waiting_peak: self.waiting_max,
+            prefix_cache_hit_rate: if self.prefix_queries > 0 {
+                self.prefix_hits as f64 / self.prefix_queries as f64
+            } else {
+                0.0
+            },
+            num_steps: self.steps_with_tokens,
+            mean_tokens_per_step: self.scheduled_tokens as f64 / stat_count,
+            share_of_steps_at_token_budget: self.steps_at_budget as f64 / stat_count,
+            computed_prompt_tokens: self.prompt_tokens_computed,
+            gpu_busy_share: (self.gpu_busy_s / (duration * num_engines.max(1) as f64)).min(1.0),
+            seconds: self.seconds,
+            ttft_hist: self.ttft,
+            itl_hist: self.itl,
+            e2e_hist: self.e2e,
+        }
+    }
+}
+
+fn ms(x: f64) -> String {
+    format!("{:.1}", x * 1e3)
+}
+
+impl Report {
+    /// The terminal table (plain text, readable without colour).
+    pub fn render_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "== Results ==");
+        let _ = writeln!(
+            s,
+            "requests finished {:>10}   rejected {:>6}   duration {:.1} s (simulated)",
+            self.num_finished, self.num_rejected, self.duration_s
+        );
+        let _ = writeln!(
+            s,
+            "throughput        {:>10.2} req/s   input {:.0} tok/s   output {:.0} tok/s",
+            self.requests_per_s, self.input_tokens_per_s, self.output_tokens_per_s
+        );
+        if self.slo != Slo::default() {
+            let _ = writeln!(s, "goodput           {:>10.2} req/s meeting the SLOs", self.goodput_requests_per_s);
+        }
+        let _ = writeln!(s, "\n{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}", "latency (ms)", "mean", "p50", "p90", "p95", "p99");
+        for (name, d) in [
+            ("TTFT", &self.ttft_s),
+            ("ITL", &self.itl_s),
+            ("TPOT", &self.tpot_s),
+            ("E2E", &self.e2e_s),
+            ("queue", &self.queue_s),
+            ("prefill", &self.prefill_s),
+            ("decode", &self.decode_s),
+        ] {
+            let _ = writeln!(s, "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}", name, ms(d.mean), ms(d.p50), ms(d.p90), ms(d.p95), ms(d.p99));
+        }
+        let _ = writeln!(s, "\n{:<22}{:>10}{:>10}{:>10}{:>10}", "lengths (tokens)", "mean", "p50", "p90", "p99");
+        for (name, d) in [("prompt", &self.prompt_tokens), ("output", &self.output_tokens)] {
+            let _ = writeln!(s, "{:<22}{:>10.0}{:>10.0}{:>10.0}{:>10.0}", name, d.mean, d.p50, d.p90, d.p99);
+        }
+        let _ = writeln!(s, "\nengine");
+        let _ = writeln!(s, "  preemptions             {}", self.num_preemptions);
+        let _ = writeln!(s, "  KV cache usage          mean {:.1}%  peak {:.1}%", self.kv_cache_usage_mean * 100.0, self.kv_cache_usage_peak * 100.0);
+        let _ = writeln!(s, "  running / waiting peak  {} / {}", self.num_running_peak, self.num_waiting_peak);
+        let _ = writeln!(s, "  prefix-cache hit rate   {:.1}%", self.prefix_cache_hit_rate * 100.0);
+        let _ = writeln!(s, "  steps                   {}  mean {:.1} tokens/step  {:.1}% at the token budget", self.num_steps, self.mean_tokens_per_step, self.share_of_steps_at_token_budget * 100.0);
+        let _ = writeln!(s, "  GPU busy                {:.1}%", self.gpu_busy_share * 100.0);
+        let reasons: Vec<String> = self.finish_reasons.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(s, "  finish reasons          {}", reasons.join("  "));
+        s
+    }
+
+    /// The per-second time series as CSV.
+    pub fn timeseries_csv(&self) -> String {
+        let mut s = String::from(
+            "t_s,kv_cache_usage_mean,kv_cache_usage_max,num_running_mean,num_waiting_mean,prompt_tokens,generation_tokens,requests_finished,preemptions,ttft_mean_s,itl_mean_s,itl_max_s,tokens_per_step_mean\n",
+        );
+        for r in &self.seconds {
+            let _ = writeln!(
+                s,
+                "{},{:.6},{:.6},{:.3},{:.3},{},{},{},{},{:.6},{:.6},{:.6},{:.2}",
+                r.t_s,
+                r.kv_cache_usage_mean,
+                r.kv_cache_usage_max,
+                r.num_running_mean,
+                r.num_waiting_mean,
+                r.prompt_tokens,
+                r.generation_tokens,
+                r.requests_finished,
+                r.preemptions,
+                r.ttft_mean_s,
+                r.itl_mean_s,
+                r.itl_max_s,
+                r.tokens_per_step_mean
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,133 @@
+//! `vllm-twin simulate`: parse flags, start up, run, print and write the report.
+
+use std::fs;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use twin_sim::driver::RequestTimes;
+use twin_sim::engine_args::{parse_simulate_args, twin_flags_help};
+use twin_sim::observe::{FinishedRequest, Observer, StepSample, Tee};
+use twin_sim::{ReportBuilder, SimError};
+use twin_workload::RequestSpec;
+
+/// A progress bar over finished requests, drawn only on a terminal once a run passes 1 s.
+struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    done: u64,
+}
+
+impl Progress {
+    fn new(total: u64, enabled: bool) -> Self {
+        let bar = ProgressBar::with_draw_target(
+            Some(total),
+            if enabled { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() },
+        );
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {per_sec}  eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Progress { bar, started: Instant::now(), done: 0 }
+    }
+
+    fn tick(&mut self) {
+        self.done += 1;
+        if self.done % 256 == 0 && self.started.elapsed().as_secs_f64() > 1.0 {
+            self.bar.set_position(self.done);
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn on_first_token(&mut self, _: usize, _: &RequestTimes, _: f64, _: usize) {}
+    fn on_inter_token(&mut self, _: usize, _: f64, _: f64) {}
+    fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {
+        self.tick();
+    }
+    fn on_rejected(&mut self, _: &RequestSpec) {
+        self.tick();
+    }
+    fn on_step(&mut self, _: usize, _: &StepSample) {}
+}
+
+pub fn run(args: &[String]) -> Result<ExitCode> {
+    if args.iter().any(|a| a == "--help" || a == "-h" || a == "--help-flags") {
+        println!(
+            "vllm-twin simulate [MODEL] [vllm serve flags] [twin flags]\n\n\
+             vLLM flags keep their names and 0.34 defaults (e.g. --max-num-batched-tokens,\n\
+             --max-num-seqs, --gpu-memory-utilization, --kv-cache-dtype, --enable-prefix-caching).\n\n\
+             Twin flags:\n{}",
+            twin_flags_help()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let read = |p: &str| fs::read_to_string(p).map_err(|e| e.to_string());
+    let sim = match parse_simulate_args(args, &read) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let startup = match twin_sim::startup(&sim.config) {
+        Ok(s) => s,
+        Err(SimError::Cost(e)) => {
+            // vLLM refuses to start with its own message.
+            eprintln!("error: {}", e.vllm_message());
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let text_out = !sim.json;
+    if text_out {
+        println!("vllm-twin simulate: {} on {} (x{} DP)", sim.model_name, startup.plan.gpu_key, sim.config.data_parallel_size);
+        for n in &sim.notes {
+            println!("note: {n}");
+        }
+        println!("\n{}", startup.plan);
+        let s = &startup.scheduler;
+        println!(
+            "scheduler: max_num_batched_tokens={} max_num_seqs={} block_size={} num_gpu_blocks={} prefix_caching={} chunked_prefill={} async_scheduling={}\n",
+            s.max_num_batched_tokens, s.max_num_seqs, s.block_size, s.num_gpu_blocks, s.enable_prefix_caching, s.enable_chunked_prefill, s.async_scheduling
+        );
+    } else {
+        for n in &sim.notes {
+            eprintln!("note: {n}");
+        }
+    }
+    let mut builder = ReportBuilder::new(sim.slo);
+    let total = sim.config.workload.num_requests as u64;
+    let mut progress = Progress::new(total, !sim.quiet && std::io::stderr().is_terminal());
+    let t0 = Instant::now();
+    {
+        let mut tee = Tee(vec![&mut builder, &mut progress]);
+        twin_sim::run(&sim.config, &startup, &mut tee).context("simulation")?;
+    }
+    progress.bar.finish_and_clear();
+    let wall_s = t0.elapsed().as_secs_f64();
+    let report = builder.finish(sim.config.data_parallel_size);
+    if sim.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render_text());
+        println!("\n(simulated {:.1} s of traffic in {:.2} s of wall time)", report.duration_s, wall_s);
+    }
+    if let Some(dir) = &sim.out_dir {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+        fs::write(dir.join("timeseries.csv"), report.timeseries_csv())?;
+        for (name, svg) in twin_sim::charts::all(&report) {
+            fs::write(dir.join(name), svg)?;
+        }
+        if text_out {
+            println!("wrote {}/report.json, timeseries.csv and charts", dir.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
