@@ -87,8 +87,7 @@ fn load(text: &str) -> Result<Trace, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
         match v.get("type").and_then(Value::as_str) {
             Some("header") if i == 0 => header = v,
             Some("step") => steps.push(v),
@@ -142,7 +141,13 @@ pub fn compare_traces(oracle: &str, candidate: &str) -> Result<Option<Difference
     }
     for i in 0..a.steps.len().max(b.steps.len()) {
         let (Some(x), Some(y)) = (a.steps.get(i), b.steps.get(i)) else {
-            let present = |t: &Trace| Value::from(if i < t.steps.len() { "present" } else { "missing" });
+            let present = |t: &Trace| {
+                Value::from(if i < t.steps.len() {
+                    "present"
+                } else {
+                    "missing"
+                })
+            };
             return Ok(Some(Difference {
                 step: i.to_string(),
                 field: "<record>".into(),
@@ -163,7 +168,13 @@ pub fn compare_traces(oracle: &str, candidate: &str) -> Result<Option<Difference
                 let ea = x.get(f).and_then(Value::as_array).unwrap_or(&empty);
                 let eb = y.get(f).and_then(Value::as_array).unwrap_or(&empty);
                 if ea.len() != eb.len() {
-                    let ids = |e: &Vec<Value>| Value::Array(e.iter().map(|v| v.get("id").cloned().unwrap_or(Value::Null)).collect());
+                    let ids = |e: &Vec<Value>| {
+                        Value::Array(
+                            e.iter()
+                                .map(|v| v.get("id").cloned().unwrap_or(Value::Null))
+                                .collect(),
+                        )
+                    };
                     return Ok(Some(Difference {
                         step: st.to_string(),
                         field: format!("scheduled: {} entries vs {}", ea.len(), eb.len()),
@@ -218,7 +229,12 @@ pub fn compare_traces(oracle: &str, candidate: &str) -> Result<Option<Difference
                         for (rid, v) in rs {
                             let other = m2.get(f).and_then(|m| m.get(rid));
                             if Some(v) != other {
-                                return Ok(Some(diff("summary", &format!("requests.{rid}"), Some(v), other)));
+                                return Ok(Some(diff(
+                                    "summary",
+                                    &format!("requests.{rid}"),
+                                    Some(v),
+                                    other,
+                                )));
                             }
                         }
                     }

@@ -12,9 +12,7 @@ use std::fmt;
 use std::io::Write;
 
 use serde_json::{json, Map, Value};
-use twin_engine::{
-    EngineCore, NewRequest, ReqHandle, SamplingParams, ScheduledKind,
-};
+use twin_engine::{EngineCore, NewRequest, ReqHandle, SamplingParams, ScheduledKind};
 
 pub use scenario::{parse_scenario, synth_tokens, Scenario};
 use worker::FakeWorker;
@@ -78,7 +76,12 @@ pub fn run_scenario(scn: &Scenario, out: &mut impl Write) -> std::io::Result<Run
             aborts.entry(s).or_default().push(i);
         }
     }
-    let last_arrival = scn.requests.iter().map(|r| r.arrival_step as i64).max().unwrap_or(-1);
+    let last_arrival = scn
+        .requests
+        .iter()
+        .map(|r| r.arrival_step as i64)
+        .max()
+        .unwrap_or(-1);
     let mut finals: Vec<Final> = vec![Final::default(); scn.requests.len()];
     let mut handles: Vec<Option<ReqHandle>> = vec![None; scn.requests.len()];
     let mut index_of: HashMap<ReqHandle, usize> = HashMap::new();
@@ -140,7 +143,11 @@ pub fn run_scenario(scn: &Scenario, out: &mut impl Write) -> std::io::Result<Run
             rec.insert("idle".into(), json!(true));
             rec.insert(
                 "num_free_blocks".into(),
-                json!(core.scheduler().kv_cache_manager().block_pool.num_free_blocks()),
+                json!(core
+                    .scheduler()
+                    .kv_cache_manager()
+                    .block_pool
+                    .num_free_blocks()),
             );
             emit(out, &Value::Object(rec))?;
             step += 1;
@@ -181,7 +188,14 @@ pub fn run_scenario(scn: &Scenario, out: &mut impl Write) -> std::io::Result<Run
             let preempted: Vec<Value> = so
                 .preempted
                 .iter()
-                .map(|&h| json!(sched.request(h).expect("preempted request is live").request_id))
+                .map(|&h| {
+                    json!(
+                        sched
+                            .request(h)
+                            .expect("preempted request is live")
+                            .request_id
+                    )
+                })
                 .collect();
             m.insert("preempted".into(), Value::Array(preempted));
             sched_fields = Some(m);
@@ -247,7 +261,10 @@ pub fn run_scenario(scn: &Scenario, out: &mut impl Write) -> std::io::Result<Run
                 );
                 rec.insert("num_running".into(), json!(st.num_running_reqs));
                 rec.insert("num_waiting".into(), json!(st.num_waiting_reqs));
-                rec.insert("num_skipped_waiting".into(), json!(st.num_skipped_waiting_reqs));
+                rec.insert(
+                    "num_skipped_waiting".into(),
+                    json!(st.num_skipped_waiting_reqs),
+                );
                 if num_spec > 0 {
                     let v = match &st.spec_decoding_stats {
                         Some(s) => {

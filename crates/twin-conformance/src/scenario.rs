@@ -91,9 +91,16 @@ fn as_u64(v: &Value, field: &str) -> Result<u64, ScenarioError> {
     match v {
         Value::Number(n) => n
             .as_u64()
-            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            })
             .ok_or_else(|| field_err(field, format!("expected a non-negative integer, got {v}"))),
-        _ => Err(field_err(field, format!("expected a non-negative integer, got {v}"))),
+        _ => Err(field_err(
+            field,
+            format!("expected a non-negative integer, got {v}"),
+        )),
     }
 }
 
@@ -120,7 +127,7 @@ fn opt_u64(v: Option<&Value>, field: &str) -> Result<Option<u64>, ScenarioError>
 }
 
 /// A generator value: a scalar, or a list cycled by index.
-fn cycled<'a>(v: &'a Value, i: usize) -> &'a Value {
+fn cycled(v: &Value, i: usize) -> &Value {
     match v {
         Value::Array(a) if !a.is_empty() => &a[i % a.len()],
         _ => v,
@@ -160,7 +167,11 @@ fn expand_generators(scn: &Map<String, Value>) -> Result<Vec<Map<String, Value>>
             let g = g
                 .as_object()
                 .ok_or_else(|| field_err(format!("generate[{gi}]"), "expected an object"))?;
-            let count = as_u64(g.get("count").ok_or_else(|| field_err(at("count"), "missing"))?, &at("count"))?;
+            let count = as_u64(
+                g.get("count")
+                    .ok_or_else(|| field_err(at("count"), "missing"))?,
+                &at("count"),
+            )?;
             let prefix = match g.get("id_prefix") {
                 None => "g".to_string(),
                 Some(Value::String(s)) => s.clone(),
@@ -253,7 +264,10 @@ fn engine_config(eng: &Map<String, Value>) -> Result<SchedulerConfig, ScenarioEr
         _ => {
             return Err(field_err(
                 "engine.policy",
-                format!("unknown policy {}; expected \"fcfs\" or \"priority\"", g("policy")),
+                format!(
+                    "unknown policy {}; expected \"fcfs\" or \"priority\"",
+                    g("policy")
+                ),
             ))
         }
     };
@@ -326,7 +340,9 @@ fn resolve_requests(scn: &Map<String, Value>) -> Result<Vec<ResolvedRequest>, Sc
                 .collect::<Result<Vec<_>, _>>()?
         } else {
             let plen = as_u64(
-                r.get("prompt_len").ok_or_else(|| field_err(at("prompt_len"), "missing (or give prompt_token_ids)"))?,
+                r.get("prompt_len").ok_or_else(|| {
+                    field_err(at("prompt_len"), "missing (or give prompt_token_ids)")
+                })?,
                 &at("prompt_len"),
             )? as usize;
             let mut toks = Vec::new();
@@ -368,7 +384,8 @@ fn resolve_requests(scn: &Map<String, Value>) -> Result<Vec<ResolvedRequest>, Sc
             Some(x) => Some(vec![as_u64(x, &at("spec_accept"))? as usize]),
         };
         let max_tokens = as_u64(
-            r.get("max_tokens").ok_or_else(|| field_err(at("max_tokens"), "missing"))?,
+            r.get("max_tokens")
+                .ok_or_else(|| field_err(at("max_tokens"), "missing"))?,
             &at("max_tokens"),
         )? as usize;
         out.push(ResolvedRequest {
@@ -383,7 +400,10 @@ fn resolve_requests(scn: &Map<String, Value>) -> Result<Vec<ResolvedRequest>, Sc
             stop_after_tokens: opt_u64(r.get("stop_after_tokens"), &at("stop_after_tokens"))?,
             stop_at_step: opt_u64(r.get("stop_at_step"), &at("stop_at_step"))?,
             abort_step: opt_u64(r.get("abort_step"), &at("abort_step"))?,
-            prefix_group: r.get("prefix_group").and_then(|v| v.as_str()).map(str::to_string),
+            prefix_group: r
+                .get("prefix_group")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
             cache_salt: match r.get("cache_salt") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) => Some(s.clone()),
@@ -423,7 +443,10 @@ fn validate(
             ));
         }
         if r.max_tokens < 1 {
-            return Err(field_err(format!("request {}: max_tokens", r.id), "must be >= 1"));
+            return Err(field_err(
+                format!("request {}: max_tokens", r.id),
+                "must be >= 1",
+            ));
         }
         if r.spec_accept.is_some() && config.num_speculative_tokens == 0 {
             return Err(field_err(

@@ -87,13 +87,19 @@ impl FakeWorker {
 }
 
 impl ModelRunner for FakeWorker {
-    fn execute_model(&mut self, sched: &Scheduler, so: &SchedulerOutput, out: &mut ModelRunnerOutput) {
+    fn execute_model(
+        &mut self,
+        sched: &Scheduler,
+        so: &SchedulerOutput,
+        out: &mut ModelRunnerOutput,
+    ) {
         let step = so.step;
         for e in &so.scheduled {
             if e.kind != ScheduledKind::Running {
                 // (Re)installed from the scheduler's state.
                 let r = sched.request(e.handle).expect("scheduled request is live");
-                self.wlen.insert(r.request_id.clone(), r.num_output_tokens());
+                self.wlen
+                    .insert(r.request_id.clone(), r.num_output_tokens());
                 self.drafts.remove(&r.request_id);
             }
         }
@@ -111,7 +117,10 @@ impl ModelRunner for FakeWorker {
                 out.push(&[]);
                 continue;
             }
-            let id = &sched.request(e.handle).expect("scheduled request is live").request_id;
+            let id = &sched
+                .request(e.handle)
+                .expect("scheduled request is live")
+                .request_id;
             let plan = &self.plans[id];
             let k0 = self.wlen[id];
             let mut sched_drafts: &[TokenId] = so.spec_tokens(e);
@@ -141,7 +150,11 @@ impl ModelRunner for FakeWorker {
         }
     }
 
-    fn take_draft_token_ids(&mut self, _sched: &Scheduler, drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>) {
+    fn take_draft_token_ids(
+        &mut self,
+        _sched: &Scheduler,
+        drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>,
+    ) {
         for (h, id) in &self.last_sampled {
             if let Some(d) = self.drafts.get(id) {
                 drafts.push((*h, d.clone()));

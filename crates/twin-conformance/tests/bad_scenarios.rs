@@ -13,26 +13,71 @@ fn err_of(text: &str) -> String {
 #[test]
 fn each_bad_field_is_named() {
     let cases = [
-        (r#"{"name":"x","requests":[{"id":"a","prompt_len":5}]}"#, "max_tokens"),
-        (r#"{"name":"x","engine":{"policy":"lifo"},"requests":[]}"#, "engine.policy"),
-        (r#"{"name":"x","engine":{"block_size":"16"},"requests":[]}"#, "engine.block_size"),
-        (r#"{"name":"x","engine":{"max_num_seqs":3000},"requests":[]}"#, "engine.max_num_batched_tokens"),
-        (r#"{"name":"x","engine":{"max_num_active_seqs":999},"requests":[]}"#, "engine.max_num_active_seqs"),
-        (r#"{"name":"x","engine":{"watermark":1.5},"requests":[]}"#, "engine.watermark"),
-        (r#"{"name":"x","engine":{"num_gpu_blocks":3},"requests":[]}"#, "engine.num_gpu_blocks"),
-        (r#"{"name":"x","engine":{"enable_chunked_prefill":false,"max_num_batched_tokens":512},"requests":[]}"#, "engine.max_num_batched_tokens"),
-        (r#"{"name":"x","requests":[{"id":"a","prompt_len":5000,"max_tokens":1}]}"#, "request a: prompt"),
-        (r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":0}]}"#, "request a: max_tokens"),
-        (r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":1},{"id":"a","prompt_len":5,"max_tokens":1}]}"#, "request a: id"),
-        (r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":1,"spec_accept":[1]}]}"#, "spec_accept"),
-        (r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"prefix_group":"g","prefix_len":9,"max_tokens":1}]}"#, "prefix_len"),
-        (r#"{"name":"x","generate":[{"count":2,"max_tokens":3}]}"#, "generate[0].prompt_len"),
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":5}]}"#,
+            "max_tokens",
+        ),
+        (
+            r#"{"name":"x","engine":{"policy":"lifo"},"requests":[]}"#,
+            "engine.policy",
+        ),
+        (
+            r#"{"name":"x","engine":{"block_size":"16"},"requests":[]}"#,
+            "engine.block_size",
+        ),
+        (
+            r#"{"name":"x","engine":{"max_num_seqs":3000},"requests":[]}"#,
+            "engine.max_num_batched_tokens",
+        ),
+        (
+            r#"{"name":"x","engine":{"max_num_active_seqs":999},"requests":[]}"#,
+            "engine.max_num_active_seqs",
+        ),
+        (
+            r#"{"name":"x","engine":{"watermark":1.5},"requests":[]}"#,
+            "engine.watermark",
+        ),
+        (
+            r#"{"name":"x","engine":{"num_gpu_blocks":3},"requests":[]}"#,
+            "engine.num_gpu_blocks",
+        ),
+        (
+            r#"{"name":"x","engine":{"enable_chunked_prefill":false,"max_num_batched_tokens":512},"requests":[]}"#,
+            "engine.max_num_batched_tokens",
+        ),
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":5000,"max_tokens":1}]}"#,
+            "request a: prompt",
+        ),
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":0}]}"#,
+            "request a: max_tokens",
+        ),
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":1},{"id":"a","prompt_len":5,"max_tokens":1}]}"#,
+            "request a: id",
+        ),
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":1,"spec_accept":[1]}]}"#,
+            "spec_accept",
+        ),
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"prefix_group":"g","prefix_len":9,"max_tokens":1}]}"#,
+            "prefix_len",
+        ),
+        (
+            r#"{"name":"x","generate":[{"count":2,"max_tokens":3}]}"#,
+            "generate[0].prompt_len",
+        ),
         (r#"{"requests":[]}"#, "name"),
         (r#"[1,2]"#, "<root>"),
     ];
     for (text, field) in cases {
         let e = err_of(text);
-        assert!(e.contains(field), "error for {text} should name {field}: {e}");
+        assert!(
+            e.contains(field),
+            "error for {text} should name {field}: {e}"
+        );
     }
 }
 

@@ -40,7 +40,12 @@ fn check_set(set: &str) -> (usize, Vec<String>) {
 fn public_oracle_scenarios_are_step_identical() {
     let (n, failures) = check_set("");
     assert_eq!(n, 52, "expected the 52 public scenarios");
-    assert!(failures.is_empty(), "{} of {n} differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {n} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -49,6 +54,8 @@ fn the_comparer_notices_a_changed_block_id() {
     let oracle = fs::read_to_string(dir.join("traces/03_kv_preemption.jsonl")).expect("fixture");
     let tampered = oracle.replacen("\"blocks\":[1,", "\"blocks\":[999,", 1);
     assert_ne!(oracle, tampered, "fixture has a block list to tamper with");
-    let d = compare_traces(&oracle, &tampered).expect("parse").expect("must differ");
+    let d = compare_traces(&oracle, &tampered)
+        .expect("parse")
+        .expect("must differ");
     assert!(d.field.contains("blocks"), "{d}");
 }

@@ -13,11 +13,21 @@ use crate::sched::{EngineCoreOutputs, ModelRunnerOutput, ReqHandle, Scheduler, S
 pub trait ModelRunner {
     /// Run `so` and sample, appending one entry per scheduled request to `out`
     /// (empty for partial prefill chunks). Called right after `schedule()`.
-    fn execute_model(&mut self, scheduler: &Scheduler, so: &SchedulerOutput, out: &mut ModelRunnerOutput);
+    fn execute_model(
+        &mut self,
+        scheduler: &Scheduler,
+        so: &SchedulerOutput,
+        out: &mut ModelRunnerOutput,
+    );
 
     /// Sync speculative decoding: drafts proposed after the last executed batch.
     /// vLLM: `EngineCore.post_step` → `take_draft_token_ids`.
-    fn take_draft_token_ids(&mut self, _scheduler: &Scheduler, _drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>) {}
+    fn take_draft_token_ids(
+        &mut self,
+        _scheduler: &Scheduler,
+        _drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>,
+    ) {
+    }
 }
 
 /// What one `step()` did.
@@ -125,7 +135,8 @@ impl EngineCore {
             observe(&self.scheduler, &so);
             report.scheduled = true;
             report.model_executed = so.total_num_scheduled_tokens > 0;
-            self.scheduler.update_from_output(&so, &mro, &mut self.outputs);
+            self.scheduler
+                .update_from_output(&so, &mro, &mut self.outputs);
             report.updated_step = Some(step);
             if self.scheduler.config().num_speculative_tokens > 0 && report.model_executed {
                 self.drafts.clear();
@@ -160,7 +171,8 @@ impl EngineCore {
             }
         }
         let (so, mro) = self.batch_queue.pop_back().expect("a batch is in flight");
-        self.scheduler.update_from_output(&so, &mro, &mut self.outputs);
+        self.scheduler
+            .update_from_output(&so, &mro, &mut self.outputs);
         report.updated_step = Some(so.step);
         self.spare.push((so, mro));
         report

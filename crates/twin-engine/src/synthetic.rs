@@ -84,7 +84,12 @@ impl SyntheticModelRunner {
 }
 
 impl ModelRunner for SyntheticModelRunner {
-    fn execute_model(&mut self, sched: &Scheduler, so: &SchedulerOutput, out: &mut ModelRunnerOutput) {
+    fn execute_model(
+        &mut self,
+        sched: &Scheduler,
+        so: &SchedulerOutput,
+        out: &mut ModelRunnerOutput,
+    ) {
         self.last_sampled.clear();
         if so.total_num_scheduled_tokens == 0 {
             return;
@@ -96,7 +101,9 @@ impl ModelRunner for SyntheticModelRunner {
             }
             let r = sched.request(e.handle).expect("scheduled request is live");
             // Position of the first token this step samples (in-flight ones included).
-            let k0 = r.num_output_tokens() + r.num_output_placeholders.saturating_sub(1 + e.spec_range.len());
+            let k0 = r.num_output_tokens()
+                + r.num_output_placeholders
+                    .saturating_sub(1 + e.spec_range.len());
             self.toks.clear();
             let min_tokens = r.sampling.min_tokens;
             let t = self.token(e.handle, k0, min_tokens);
@@ -114,7 +121,11 @@ impl ModelRunner for SyntheticModelRunner {
         }
     }
 
-    fn take_draft_token_ids(&mut self, sched: &Scheduler, drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>) {
+    fn take_draft_token_ids(
+        &mut self,
+        sched: &Scheduler,
+        drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>,
+    ) {
         let k = sched.config().num_speculative_tokens;
         if k == 0 {
             return;

@@ -11,7 +11,15 @@ use twin_engine::{
 struct Workload {
     config: SchedulerConfig,
     /// (arrival step, prompt, max_tokens, stop_after, abort_step, priority, salt)
-    requests: Vec<(u64, Vec<u32>, usize, Option<usize>, Option<u64>, i64, Option<String>)>,
+    requests: Vec<(
+        u64,
+        Vec<u32>,
+        usize,
+        Option<usize>,
+        Option<u64>,
+        i64,
+        Option<String>,
+    )>,
 }
 
 fn config_strategy() -> impl Strategy<Value = SchedulerConfig> {
@@ -24,23 +32,42 @@ fn config_strategy() -> impl Strategy<Value = SchedulerConfig> {
         (0u32..3, 0usize..200, 1.0f64..3.0),
     )
         .prop_map(
-            |(bs, mml, seqs, (caching, chunked, priority, async_, reserve), (k, wm, interval, window), (active, thr, pool_x))| {
+            |(
+                bs,
+                mml,
+                seqs,
+                (caching, chunked, priority, async_, reserve),
+                (k, wm, interval, window),
+                (active, thr, pool_x),
+            )| {
                 let min_blocks = mml.div_ceil(bs) + 1;
                 let num_gpu_blocks = ((min_blocks as f64) * pool_x) as usize;
-                let mnbt = if chunked { (seqs * 8).max(32) } else { mml.max(seqs) };
+                let mnbt = if chunked {
+                    (seqs * 8).max(32)
+                } else {
+                    mml.max(seqs)
+                };
                 SchedulerConfig {
                     block_size: bs,
                     num_gpu_blocks: num_gpu_blocks.max(min_blocks),
                     max_num_batched_tokens: mnbt,
                     max_num_scheduled_tokens: mnbt,
                     max_num_seqs: seqs,
-                    max_num_active_seqs: if active == 0 { None } else { Some(1 + (active as usize - 1) % seqs) },
+                    max_num_active_seqs: if active == 0 {
+                        None
+                    } else {
+                        Some(1 + (active as usize - 1) % seqs)
+                    },
                     long_prefill_token_threshold: thr.min(mml),
                     long_prefill_token_threshold_adaptive: thr % 2 == 1,
                     enable_prefix_caching: caching,
                     enable_chunked_prefill: chunked,
                     max_model_len: mml,
-                    policy: if priority { SchedulingPolicy::Priority } else { SchedulingPolicy::Fcfs },
+                    policy: if priority {
+                        SchedulingPolicy::Priority
+                    } else {
+                        SchedulingPolicy::Fcfs
+                    },
                     watermark: [0.0, 0.02, 0.1][wm],
                     scheduler_reserve_full_isl: reserve,
                     prefill_schedule_interval: interval,
@@ -72,14 +99,22 @@ fn workload_strategy() -> impl Strategy<Value = Workload> {
             let requests = reqs
                 .into_iter()
                 .enumerate()
-                .map(|(i, (arrival, prefix, len, max_tokens, stop, abort, prio, salt))| {
-                    let len = len.min(mml - 1);
-                    // Shared prefixes (one of 3) make the prefix cache hit for real.
-                    let prompt: Vec<u32> = (0..len)
-                        .map(|p| if p < len / 2 { 100 + prefix as u32 * 1000 + p as u32 } else { 50_000 + i as u32 * 997 + p as u32 })
-                        .collect();
-                    (arrival, prompt, max_tokens, stop, abort, prio, salt)
-                })
+                .map(
+                    |(i, (arrival, prefix, len, max_tokens, stop, abort, prio, salt))| {
+                        let len = len.min(mml - 1);
+                        // Shared prefixes (one of 3) make the prefix cache hit for real.
+                        let prompt: Vec<u32> = (0..len)
+                            .map(|p| {
+                                if p < len / 2 {
+                                    100 + prefix as u32 * 1000 + p as u32
+                                } else {
+                                    50_000 + i as u32 * 997 + p as u32
+                                }
+                            })
+                            .collect();
+                        (arrival, prompt, max_tokens, stop, abort, prio, salt)
+                    },
+                )
                 .collect();
             Workload { config, requests }
         })
@@ -140,20 +175,47 @@ fn run(w: &Workload) -> Vec<(usize, u64, Vec<u32>, Option<&'static str>)> {
             assert!(sched.running().len() <= max_seqs, "running > max_num_seqs");
         });
         core.scheduler().assert_invariants();
-        let outputs = if report.updated_step.is_some() { &core.outputs().outputs[..] } else { &[] };
+        let outputs = if report.updated_step.is_some() {
+            &core.outputs().outputs[..]
+        } else {
+            &[]
+        };
         for o in outputs {
-            let i = handles.iter().position(|h| *h == Some(o.handle)).expect("known handle");
-            events.push((i, step, core.outputs().new_tokens(o).to_vec(), o.finish_reason.map(|r| r.as_str())));
+            let i = handles
+                .iter()
+                .position(|h| *h == Some(o.handle))
+                .expect("known handle");
+            events.push((
+                i,
+                step,
+                core.outputs().new_tokens(o).to_vec(),
+                o.finish_reason.map(|r| r.as_str()),
+            ));
             if o.finish_reason.is_some() {
                 finished += 1;
                 runner.forget(o.handle);
             }
         }
         step += 1;
-        assert!(step < 100_000, "livelock: {finished}/{} finished after {step} steps", w.requests.len());
+        assert!(
+            step < 100_000,
+            "livelock: {finished}/{} finished after {step} steps",
+            w.requests.len()
+        );
     }
-    assert_eq!(finished, w.requests.len(), "every request finishes exactly once");
-    assert_eq!(core.scheduler().kv_cache_manager().block_pool.num_free_blocks(), w.config.num_gpu_blocks - 1, "all blocks returned");
+    assert_eq!(
+        finished,
+        w.requests.len(),
+        "every request finishes exactly once"
+    );
+    assert_eq!(
+        core.scheduler()
+            .kv_cache_manager()
+            .block_pool
+            .num_free_blocks(),
+        w.config.num_gpu_blocks - 1,
+        "all blocks returned"
+    );
     events
 }
 

@@ -32,11 +32,19 @@ fn nice_max(v: f64) -> f64 {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// A line chart with axes, ticks and a legend.
-pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series<'_>], y_max_hint: Option<f64>) -> String {
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+    y_max_hint: Option<f64>,
+) -> String {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let x_max = nice_max(xs.fold(0.0, f64::max));
@@ -85,7 +93,13 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series<'_
         // Thin long series to at most ~2000 points per line.
         let step = (ser.points.len() / 2000).max(1);
         for (j, (x, y)) in ser.points.iter().step_by(step).enumerate() {
-            let _ = write!(d, "{}{:.1},{:.1} ", if j == 0 { "M" } else { "L" }, px(*x), py(*y));
+            let _ = write!(
+                d,
+                "{}{:.1},{:.1} ",
+                if j == 0 { "M" } else { "L" },
+                px(*x),
+                py(*y)
+            );
         }
         let _ = write!(
             s,
@@ -105,8 +119,6 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series<'_
 fn fmt_tick(v: f64) -> String {
     if v == 0.0 {
         "0".into()
-    } else if v.abs() >= 1000.0 {
-        format!("{:.0}", v)
     } else if v.abs() >= 10.0 {
         format!("{:.0}", v)
     } else if v.abs() >= 1.0 {
@@ -119,7 +131,10 @@ fn fmt_tick(v: f64) -> String {
 /// Every chart of a report, as (file name, SVG).
 pub fn all(r: &Report) -> Vec<(&'static str, String)> {
     let t = |f: &dyn Fn(&crate::report::SecondRow) -> f64| -> Vec<(f64, f64)> {
-        r.seconds.iter().map(|row| (row.t_s as f64, f(row))).collect()
+        r.seconds
+            .iter()
+            .map(|row| (row.t_s as f64, f(row)))
+            .collect()
     };
     vec![
         (
@@ -129,8 +144,14 @@ pub fn all(r: &Report) -> Vec<(&'static str, String)> {
                 "time (s)",
                 "fraction of blocks",
                 &[
-                    Series { label: "mean", points: t(&|x| x.kv_cache_usage_mean) },
-                    Series { label: "max", points: t(&|x| x.kv_cache_usage_max) },
+                    Series {
+                        label: "mean",
+                        points: t(&|x| x.kv_cache_usage_mean),
+                    },
+                    Series {
+                        label: "max",
+                        points: t(&|x| x.kv_cache_usage_max),
+                    },
                 ],
                 Some(1.0),
             ),
@@ -142,8 +163,14 @@ pub fn all(r: &Report) -> Vec<(&'static str, String)> {
                 "time (s)",
                 "requests",
                 &[
-                    Series { label: "running", points: t(&|x| x.num_running_mean) },
-                    Series { label: "waiting", points: t(&|x| x.num_waiting_mean) },
+                    Series {
+                        label: "running",
+                        points: t(&|x| x.num_running_mean),
+                    },
+                    Series {
+                        label: "waiting",
+                        points: t(&|x| x.num_waiting_mean),
+                    },
                 ],
                 None,
             ),
@@ -155,9 +182,18 @@ pub fn all(r: &Report) -> Vec<(&'static str, String)> {
                 "time (s)",
                 "seconds",
                 &[
-                    Series { label: "TTFT mean", points: t(&|x| x.ttft_mean_s) },
-                    Series { label: "ITL mean", points: t(&|x| x.itl_mean_s) },
-                    Series { label: "ITL max", points: t(&|x| x.itl_max_s) },
+                    Series {
+                        label: "TTFT mean",
+                        points: t(&|x| x.ttft_mean_s),
+                    },
+                    Series {
+                        label: "ITL mean",
+                        points: t(&|x| x.itl_mean_s),
+                    },
+                    Series {
+                        label: "ITL max",
+                        points: t(&|x| x.itl_max_s),
+                    },
                 ],
                 None,
             ),
@@ -169,9 +205,18 @@ pub fn all(r: &Report) -> Vec<(&'static str, String)> {
                 "seconds",
                 "fraction of samples",
                 &[
-                    Series { label: "TTFT", points: r.ttft_hist.cdf_points(200).into_iter().map(|(v, q)| (v, q)).collect() },
-                    Series { label: "ITL", points: r.itl_hist.cdf_points(200) },
-                    Series { label: "E2E", points: r.e2e_hist.cdf_points(200) },
+                    Series {
+                        label: "TTFT",
+                        points: r.ttft_hist.cdf_points(200),
+                    },
+                    Series {
+                        label: "ITL",
+                        points: r.itl_hist.cdf_points(200),
+                    },
+                    Series {
+                        label: "E2E",
+                        points: r.e2e_hist.cdf_points(200),
+                    },
                 ],
                 Some(1.0),
             ),

@@ -2,11 +2,12 @@
 //! step's duration from the cost model. vLLM's latency intervals are computed the way
 //! `vllm/v1/metrics/stats.py` computes them (see [`RequestTimes`]).
 
-use twin_cost::{gpu, BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, SeqChunk, ServeConfig, SpecMethod};
+use twin_cost::{
+    gpu, BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, SeqChunk, ServeConfig, SpecMethod,
+};
 use twin_engine::synthetic::SyntheticModelRunner;
 use twin_engine::{
-    EngineCore, EngineCoreEventType, NewRequest, SamplingParams, SchedulerConfig,
-    SchedulingPolicy,
+    EngineCore, EngineCoreEventType, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy,
 };
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
@@ -108,7 +109,8 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
     let mnbt = r.max_num_batched_tokens as usize;
     let scheduler = SchedulerConfig {
         block_size: r.block_size as usize,
-        num_gpu_blocks: plan.num_gpu_blocks as usize,
+        // The engine models one full-attention KV group (docs/fidelity.md).
+        num_gpu_blocks: plan.single_group_num_blocks() as usize,
         max_num_batched_tokens: mnbt,
         max_num_scheduled_tokens: mnbt,
         max_num_seqs: r.max_num_seqs as usize,
@@ -172,14 +174,21 @@ struct EngineSlot {
 }
 
 /// Run the simulation to completion, reporting to `observer`.
-pub fn run(cfg: &SimConfig, startup: &Startup, observer: &mut dyn Observer) -> Result<(), SimError> {
+pub fn run(
+    cfg: &SimConfig,
+    startup: &Startup,
+    observer: &mut dyn Observer,
+) -> Result<(), SimError> {
     let mut workload = Workload::new(cfg.workload.clone())?;
     let dp = cfg.data_parallel_size.max(1);
     let mut engines = Vec::with_capacity(dp);
     for e in 0..dp {
-        let mut runner = SyntheticModelRunner::new(cfg.seed ^ (e as u64) << 32, cfg.model.vocab_size as u32);
+        let mut runner =
+            SyntheticModelRunner::new(cfg.seed ^ (e as u64) << 32, cfg.model.vocab_size as u32);
         if let Some(s) = &startup.plan.config.speculative {
-            runner.acceptance_per_position = (0..s.num_speculative_tokens as usize).map(|i| s.acceptance(i)).collect();
+            runner.acceptance_per_position = (0..s.num_speculative_tokens as usize)
+                .map(|i| s.acceptance(i))
+                .collect();
         }
         engines.push(EngineSlot {
             core: EngineCore::new(startup.scheduler.clone()).map_err(|e| SimError::Config {
@@ -215,14 +224,14 @@ pub fn run(cfg: &SimConfig, startup: &Startup, observer: &mut dyn Observer) -> R
                 return Err(SimError::Stuck);
             }
             (Some(t), engine) if engine.is_none_or(|(_, te)| t <= te) => {
-                let spec = workload.pop_due(t).expect("due arrival");
+                let mut spec = workload.pop_due(t).expect("due arrival");
                 let e = pick_engine(&engines);
                 let slot = &mut engines[e];
                 let add_s = spec.arrival_time_s
                     + frontend::TOKENIZE_BASE_S
                     + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
                 let prompt_len = spec.prompt_token_ids.len();
-                if prompt_len >= max_model_len {
+                if prompt_len == 0 || prompt_len >= max_model_len {
                     // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
                     observer.on_rejected(&spec);
                     workload.on_finished(&spec, None, spec.arrival_time_s);
@@ -233,7 +242,8 @@ pub fn run(cfg: &SimConfig, startup: &Startup, observer: &mut dyn Observer) -> R
                 let h = slot.core.add_request(
                     NewRequest {
                         request_id: String::new(),
-                        prompt_token_ids: spec.prompt_token_ids.clone(),
+                        // The engine owns the prompt; the tracker keeps only the metadata.
+                        prompt_token_ids: std::mem::take(&mut spec.prompt_token_ids),
                         sampling: SamplingParams {
                             max_tokens,
                             min_tokens: 0,
@@ -257,7 +267,11 @@ pub fn run(cfg: &SimConfig, startup: &Startup, observer: &mut dyn Observer) -> R
                         queued_s: add_s,
                         ..Default::default()
                     },
-                    outputs: if keep_outputs { Vec::with_capacity(max_tokens) } else { Vec::new() },
+                    outputs: if keep_outputs {
+                        Vec::with_capacity(max_tokens)
+                    } else {
+                        Vec::new()
+                    },
                     spec,
                 });
                 if !slot.core.has_work() || slot.clock_s < add_s {
@@ -284,11 +298,19 @@ fn pick_engine(engines: &[EngineSlot]) -> usize {
         let s = e.core.scheduler();
         s.num_waiting() * 4 + s.running().len()
     };
-    (0..engines.len()).min_by_key(|&i| (score(&engines[i]), i)).unwrap_or(0)
+    (0..engines.len())
+        .min_by_key(|&i| (score(&engines[i]), i))
+        .unwrap_or(0)
 }
 
 /// One engine step at `t`; returns how many requests finished.
-fn step_engine(slot: &mut EngineSlot, engine: usize, t: f64, observer: &mut dyn Observer, workload: &mut Workload) -> usize {
+fn step_engine(
+    slot: &mut EngineSlot,
+    engine: usize,
+    t: f64,
+    observer: &mut dyn Observer,
+    workload: &mut Workload,
+) -> usize {
     let cost = &slot.cost;
     let batch = &mut slot.batch;
     let mut step_cost = None;
@@ -317,7 +339,8 @@ fn step_engine(slot: &mut EngineSlot, engine: usize, t: f64, observer: &mut dyn 
             .filter(|e| !e.samples || e.num_scheduled_tokens > 1 + e.spec_range.len())
             .map(|e| e.num_scheduled_tokens)
             .sum();
-        sample.at_token_budget = so.total_num_scheduled_tokens >= sched.config().max_num_scheduled_tokens;
+        sample.at_token_budget =
+            so.total_num_scheduled_tokens >= sched.config().max_num_scheduled_tokens;
     });
     if report.scheduled {
         let dur = step_cost.as_ref().map_or(0.0, |c| c.step_time_s);
@@ -326,7 +349,8 @@ fn step_engine(slot: &mut EngineSlot, engine: usize, t: f64, observer: &mut dyn 
         if dur > 0.0 {
             slot.gpu_free_s = end;
         }
-        slot.in_flight_end_s.push_back(if dur > 0.0 { end } else { t });
+        slot.in_flight_end_s
+            .push_back(if dur > 0.0 { end } else { t });
         sample.start_s = start;
         sample.end_s = end;
         sample.cost = step_cost;
@@ -351,13 +375,19 @@ fn step_engine(slot: &mut EngineSlot, engine: usize, t: f64, observer: &mut dyn 
                 }
             }
             if let Some(ps) = o.prefill_stats {
-                tr.times.num_cached_tokens = ps.num_local_cached_tokens + ps.num_external_cached_tokens;
+                tr.times.num_cached_tokens =
+                    ps.num_local_cached_tokens + ps.num_external_cached_tokens;
             }
             if !toks.is_empty() {
                 let first = tr.times.first_token_s.is_none();
                 if first {
                     tr.times.first_token_s = Some(out_time);
-                    observer.on_first_token(engine, &tr.times, out_time + frontend::DETOKENIZE_S, o.num_prompt_tokens);
+                    observer.on_first_token(
+                        engine,
+                        &tr.times,
+                        out_time + frontend::DETOKENIZE_S,
+                        o.num_prompt_tokens,
+                    );
                 } else {
                     observer.on_inter_token(engine, out_time - tr.times.last_token_s, out_time);
                 }
@@ -392,7 +422,11 @@ fn step_engine(slot: &mut EngineSlot, engine: usize, t: f64, observer: &mut dyn 
     sample.t_s = out_time;
     observer.on_step(engine, &sample);
     // Sync waits for its batch; async returns at once after a fill-up schedule.
-    slot.clock_s = if report.updated_step.is_some() { out_time } else { t };
+    slot.clock_s = if report.updated_step.is_some() {
+        out_time
+    } else {
+        t
+    };
     if report.idle {
         slot.clock_s = t;
     }

@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 use twin_cost::{KvCacheDtype, MaxModelLen, PerformanceMode, SpecDecodeConfig, WeightFormat};
 use twin_engine::SchedulingPolicy;
 use twin_workload::{
-    parse_trace, ArrivalProcess, ArrivalShape, Arrivals, LengthDist, RateProfile, Sessions, SharedPrefix,
-    WorkloadSpec,
+    parse_trace, ArrivalProcess, ArrivalShape, Arrivals, LengthDist, RateProfile, Sessions,
+    SharedPrefix, WorkloadSpec,
 };
 
 use crate::driver::SimConfig;
@@ -34,15 +34,44 @@ fn vllm_flags() -> &'static HashMap<String, VllmFlag> {
     static FLAGS: OnceLock<HashMap<String, VllmFlag>> = OnceLock::new();
     FLAGS.get_or_init(|| {
         let mut m = HashMap::new();
-        for line in VLLM_FLAGS_TSV.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        for line in VLLM_FLAGS_TSV
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
             let cols: Vec<&str> = line.split('\t').collect();
             let (dest, kind) = (cols[0], cols.get(1).copied().unwrap_or("value"));
             let takes_value = kind == "value";
-            for o in cols.get(2).copied().unwrap_or("").split(' ').filter(|s| !s.is_empty()) {
-                m.insert(o.to_string(), VllmFlag { dest: dest.to_string(), takes_value, negative: false });
+            for o in cols
+                .get(2)
+                .copied()
+                .unwrap_or("")
+                .split(' ')
+                .filter(|s| !s.is_empty())
+            {
+                m.insert(
+                    o.to_string(),
+                    VllmFlag {
+                        dest: dest.to_string(),
+                        takes_value,
+                        negative: false,
+                    },
+                );
             }
-            for o in cols.get(3).copied().unwrap_or("").split(' ').filter(|s| !s.is_empty()) {
-                m.insert(o.to_string(), VllmFlag { dest: dest.to_string(), takes_value: false, negative: true });
+            for o in cols
+                .get(3)
+                .copied()
+                .unwrap_or("")
+                .split(' ')
+                .filter(|s| !s.is_empty())
+            {
+                m.insert(
+                    o.to_string(),
+                    VllmFlag {
+                        dest: dest.to_string(),
+                        takes_value: false,
+                        negative: true,
+                    },
+                );
             }
         }
         m
@@ -51,29 +80,85 @@ fn vllm_flags() -> &'static HashMap<String, VllmFlag> {
 
 /// The twin's own flags: name, takes a value, help.
 const TWIN_FLAGS: &[(&str, bool, &str)] = &[
-    ("--gpu", true, "GPU from the catalog (vllm-twin gpus), default h100-sxm"),
-    ("--model-config", true, "a Hugging Face config.json to use instead of the catalog"),
-    ("--workload", true, "preset (chat, rag, code, summarize, long-context, batch) or a trace file"),
+    (
+        "--gpu",
+        true,
+        "GPU from the catalog (vllm-twin gpus), default h100-sxm",
+    ),
+    (
+        "--model-config",
+        true,
+        "a Hugging Face config.json to use instead of the catalog",
+    ),
+    (
+        "--workload",
+        true,
+        "preset (chat, rag, code, summarize, long-context, batch) or a trace file",
+    ),
     ("--num-requests", true, "requests to simulate"),
-    ("--request-rate", true, "open-loop arrival rate, req/s (inf = all at once)"),
-    ("--burstiness", true, "gamma shape of inter-arrival gaps (1 = Poisson)"),
-    ("--rate-profile", true, "step:0=5,300=20 or ramp:from=1,to=30,over=600"),
+    (
+        "--request-rate",
+        true,
+        "open-loop arrival rate, req/s (inf = all at once)",
+    ),
+    (
+        "--burstiness",
+        true,
+        "gamma shape of inter-arrival gaps (1 = Poisson)",
+    ),
+    (
+        "--rate-profile",
+        true,
+        "step:0=5,300=20 or ramp:from=1,to=30,over=600",
+    ),
     ("--constant-arrivals", false, "evenly spaced arrivals"),
     ("--max-concurrency", true, "closed loop: this many clients"),
-    ("--input-len", true, "prompt length: N or a distribution (lognormal:mean=1000,sigma=0.8)"),
+    (
+        "--input-len",
+        true,
+        "prompt length: N or a distribution (lognormal:mean=1000,sigma=0.8)",
+    ),
     ("--output-len", true, "output length: N or a distribution"),
-    ("--shared-prefix", true, "groups=4,len=512,share=0.5: shared system prompts"),
-    ("--multi-turn", true, "turns per session (N or a distribution)"),
-    ("--think-time", true, "mean seconds between an answer and the next turn"),
+    (
+        "--shared-prefix",
+        true,
+        "groups=4,len=512,share=0.5: shared system prompts",
+    ),
+    (
+        "--multi-turn",
+        true,
+        "turns per session (N or a distribution)",
+    ),
+    (
+        "--think-time",
+        true,
+        "mean seconds between an answer and the next turn",
+    ),
     ("--seed", true, "RNG seed (also vLLM's --seed)"),
-    ("--out", true, "directory for report.json, timeseries.csv and SVG charts"),
+    (
+        "--out",
+        true,
+        "directory for report.json, timeseries.csv and SVG charts",
+    ),
     ("--json", false, "print the report as JSON on stdout"),
     ("--slo-ttft-ms", true, "goodput SLO on TTFT"),
     ("--slo-tpot-ms", true, "goodput SLO on TPOT"),
     ("--slo-e2e-ms", true, "goodput SLO on end-to-end latency"),
-    ("--metrics-out", true, "write the final /metrics scrape here"),
-    ("--scrape-interval", true, "e.g. 15s: take Prometheus-style scrapes"),
-    ("--scrapes-out", true, "write the scrapes as OpenMetrics with timestamps"),
+    (
+        "--metrics-out",
+        true,
+        "write the final /metrics scrape here",
+    ),
+    (
+        "--scrape-interval",
+        true,
+        "e.g. 15s: take Prometheus-style scrapes",
+    ),
+    (
+        "--scrapes-out",
+        true,
+        "write the scrapes as OpenMetrics with timestamps",
+    ),
     ("--quiet", false, "no progress bar"),
 ];
 
@@ -97,11 +182,16 @@ pub struct SimulateArgs {
 }
 
 fn cfg_err(field: &str, message: impl Into<String>) -> SimError {
-    SimError::Config { field: field.to_string(), message: message.into() }
+    SimError::Config {
+        field: field.to_string(),
+        message: message.into(),
+    }
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, SimError> {
-    v.trim().parse().map_err(|_| cfg_err(flag, format!("{v:?} is not a valid number")))
+    v.trim()
+        .parse()
+        .map_err(|_| cfg_err(flag, format!("{v:?} is not a valid number")))
 }
 
 fn boolish(flag: &str, v: &str) -> Result<bool, SimError> {
@@ -135,7 +225,10 @@ pub fn parse_duration_s(flag: &str, v: &str) -> Result<f64, SimError> {
 
 fn suggest(flag: &str) -> String {
     let mut best: Option<(f64, &str)> = None;
-    let known = vllm_flags().keys().map(String::as_str).chain(TWIN_FLAGS.iter().map(|f| f.0));
+    let known = vllm_flags()
+        .keys()
+        .map(String::as_str)
+        .chain(TWIN_FLAGS.iter().map(|f| f.0));
     for k in known {
         let score = strsim::jaro_winkler(flag, k);
         if best.is_none_or(|(s, _)| score > s) {
@@ -153,8 +246,26 @@ fn preset(name: &str) -> Option<(LengthDist, LengthDist, Option<SharedPrefix>, f
     let ln = |mean: f64, sigma: f64| LengthDist::LogNormal { mean, sigma };
     Some(match name {
         // ShareGPT-like chat with a shared system prompt on a third of requests.
-        "chat" => (ln(700.0, 0.9), ln(220.0, 0.8), Some(SharedPrefix { num_groups: 4, prefix_len: 512, share: 0.3 }), 23.0),
-        "rag" => (ln(4000.0, 0.4), ln(200.0, 0.6), Some(SharedPrefix { num_groups: 2, prefix_len: 1024, share: 0.8 }), 3.0),
+        "chat" => (
+            ln(700.0, 0.9),
+            ln(220.0, 0.8),
+            Some(SharedPrefix {
+                num_groups: 4,
+                prefix_len: 512,
+                share: 0.3,
+            }),
+            23.0,
+        ),
+        "rag" => (
+            ln(4000.0, 0.4),
+            ln(200.0, 0.6),
+            Some(SharedPrefix {
+                num_groups: 2,
+                prefix_len: 1024,
+                share: 0.8,
+            }),
+            3.0,
+        ),
         "code" => (ln(2000.0, 0.8), ln(30.0, 1.0), None, 6.0),
         "summarize" => (ln(3000.0, 0.5), ln(300.0, 0.5), None, 3.0),
         "long-context" => (ln(16000.0, 0.3), ln(500.0, 0.5), None, 0.5),
@@ -215,10 +326,15 @@ pub fn parse_simulate_args(
         values.push((norm, value));
     }
     if positional.len() > 1 {
-        return Err(cfg_err("MODEL", format!("more than one model given: {positional:?}")));
+        return Err(cfg_err(
+            "MODEL",
+            format!("more than one model given: {positional:?}"),
+        ));
     }
 
-    let mut model_name = positional.pop().unwrap_or_else(|| "meta-llama/Llama-3.1-8B-Instruct".to_string());
+    let mut model_name = positional
+        .pop()
+        .unwrap_or_else(|| "meta-llama/Llama-3.1-8B-Instruct".to_string());
     let mut gpu_name = "h100-sxm".to_string();
     let mut model_config: Option<String> = None;
     let mut serve = twin_cost::ServeConfig::default();
@@ -279,7 +395,10 @@ pub fn parse_simulate_args(
                     }
                 }
             }
-            "--kv-cache-dtype" => serve.kv_cache_dtype = KvCacheDtype::parse(v).map_err(|e| cfg_err(f, e.to_string()))?,
+            "--kv-cache-dtype" => {
+                serve.kv_cache_dtype =
+                    KvCacheDtype::parse(v).map_err(|e| cfg_err(f, e.to_string()))?
+            }
             "--block-size" => serve.block_size = Some(num(f, v)?),
             "--max-num-batched-tokens" => serve.max_num_batched_tokens = Some(num(f, v)?),
             "--max-num-seqs" => serve.max_num_seqs = Some(num(f, v)?),
@@ -295,14 +414,18 @@ pub fn parse_simulate_args(
             "--tensor-parallel-size" | "-tp" => serve.tensor_parallel_size = num(f, v)?,
             "--pipeline-parallel-size" | "-pp" => serve.pipeline_parallel_size = num(f, v)?,
             "--data-parallel-size" | "-dp" => dp = num(f, v)?,
-            "--quantization" | "-q" => serve.quantization = Some(WeightFormat::parse(v).map_err(|e| cfg_err(f, e.to_string()))?),
+            "--quantization" | "-q" => {
+                serve.quantization =
+                    Some(WeightFormat::parse(v).map_err(|e| cfg_err(f, e.to_string()))?)
+            }
             "--dtype" => {
                 if !matches!(v, "auto" | "bfloat16" | "float16" | "half" | "bf16") {
                     notes.push(format!("--dtype {v}: costed as 16-bit weights"));
                 }
             }
             "--speculative-config" | "-sc" => {
-                serve.speculative = Some(SpecDecodeConfig::from_json(v).map_err(|e| cfg_err(f, e.to_string()))?)
+                serve.speculative =
+                    Some(SpecDecodeConfig::from_json(v).map_err(|e| cfg_err(f, e.to_string()))?)
             }
             "--num-gpu-blocks-override" => serve.num_gpu_blocks_override = Some(num(f, v)?),
             "--kv-cache-memory-bytes" => serve.kv_cache_memory_bytes = Some(num(f, v)?),
@@ -311,19 +434,30 @@ pub fn parse_simulate_args(
                     "balanced" => PerformanceMode::Balanced,
                     "throughput" => PerformanceMode::Throughput,
                     "interactivity" => PerformanceMode::Interactivity,
-                    _ => return Err(cfg_err(f, format!("{v:?}: expected balanced, throughput or interactivity"))),
+                    _ => {
+                        return Err(cfg_err(
+                            f,
+                            format!("{v:?}: expected balanced, throughput or interactivity"),
+                        ))
+                    }
                 }
             }
             "--watermark" => knobs.watermark = num(f, v)?,
             "--prefill-schedule-interval" => knobs.prefill_schedule_interval = num(f, v)?,
             "--cache-aware-admission-window" => knobs.cache_aware_admission_window = num(f, v)?,
-            "--cache-aware-admission-threshold" => knobs.cache_aware_admission_threshold = num(f, v)?,
+            "--cache-aware-admission-threshold" => {
+                knobs.cache_aware_admission_threshold = num(f, v)?
+            }
             "--seed" => seed = num(f, v)?,
             // Twin flags.
             "--workload" => workload_arg = Some(v.to_string()),
             "--num-requests" => num_requests = Some(num(f, v)?),
             "--request-rate" => {
-                rate = Some(if v == "inf" { f64::INFINITY } else { num(f, v)? });
+                rate = Some(if v == "inf" {
+                    f64::INFINITY
+                } else {
+                    num(f, v)?
+                });
             }
             "--burstiness" => burstiness = Some(num(f, v)?),
             "--rate-profile" => profile = Some(RateProfile::parse(f, v)?),
@@ -345,18 +479,27 @@ pub fn parse_simulate_args(
             "--scrapes-out" => scrapes_out = Some(PathBuf::from(v)),
             _ => {
                 let vf = vllm_flags().get(f.split('.').next().unwrap_or(f)).cloned();
-                let Some(vf) = vf else { return Err(cfg_err(f, format!("unknown flag{}", suggest(f)))) };
-                let on = !vf.negative && value.as_deref().is_none_or(|x| boolish(f, x).unwrap_or(true));
+                let Some(vf) = vf else {
+                    return Err(cfg_err(f, format!("unknown flag{}", suggest(f))));
+                };
+                let on = !vf.negative
+                    && value
+                        .as_deref()
+                        .is_none_or(|x| boolish(f, x).unwrap_or(true));
                 match vf.dest.as_str() {
                     "enable_prefix_caching" => knobs.enable_prefix_caching = on,
                     "enable_chunked_prefill" => serve.enable_chunked_prefill = on,
-                    "long_prefill_token_threshold_adaptive" => knobs.long_prefill_token_threshold_adaptive = on,
+                    "long_prefill_token_threshold_adaptive" => {
+                        knobs.long_prefill_token_threshold_adaptive = on
+                    }
                     "enforce_eager" => serve.enforce_eager = on,
                     "async_scheduling" => serve.async_scheduling = on,
                     "enable_expert_parallel" => serve.enable_expert_parallel = on,
                     "scheduler_reserve_full_isl" => knobs.scheduler_reserve_full_isl = on,
                     "kv_cache_metrics" => kv_cache_metrics = on,
-                    _ => notes.push(format!("{f}: accepted; it does not change what the twin models")),
+                    _ => notes.push(format!(
+                        "{f}: accepted; it does not change what the twin models"
+                    )),
                 }
             }
         }
@@ -364,12 +507,18 @@ pub fn parse_simulate_args(
 
     let model = match &model_config {
         Some(path) => {
-            let text = read_file(path).map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?;
-            twin_cost::from_hf_config_json(&text).map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?
+            let text =
+                read_file(path).map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?;
+            twin_cost::from_hf_config_json(&text)
+                .map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?
         }
-        None => twin_cost::model::lookup(&model_name).map_err(|e| cfg_err("MODEL", e.to_string()))?,
+        None => {
+            twin_cost::model::lookup(&model_name).map_err(|e| cfg_err("MODEL", e.to_string()))?
+        }
     };
-    let gpu = twin_cost::gpu::lookup(&gpu_name).map_err(|e| cfg_err("--gpu", e.to_string()))?.clone();
+    let gpu = twin_cost::gpu::lookup(&gpu_name)
+        .map_err(|e| cfg_err("--gpu", e.to_string()))?
+        .clone();
 
     // Workload: a preset or a trace file, then the flags on top.
     let wl = workload_arg.as_deref().unwrap_or("chat");
@@ -378,7 +527,13 @@ pub fn parse_simulate_args(
         None => {
             let text = read_file(wl).map_err(|e| cfg_err("--workload", format!("{wl}: not a preset (chat, rag, code, summarize, long-context, batch) and not readable: {e}")))?;
             let records = parse_trace(wl, &text)?;
-            (Some(Arrivals::Trace(records)), LengthDist::Fixed(1), LengthDist::Fixed(1), None, 0.0)
+            (
+                Some(Arrivals::Trace(records)),
+                LengthDist::Fixed(1),
+                LengthDist::Fixed(1),
+                None,
+                0.0,
+            )
         }
     };
     let is_trace = arrivals.is_some();
@@ -391,25 +546,31 @@ pub fn parse_simulate_args(
         } else {
             let r = rate.unwrap_or(default_rate);
             if r.is_infinite() && profile.is_none() {
-                Arrivals::Closed { concurrency: concurrency.unwrap_or(1024) }
+                Arrivals::Closed {
+                    concurrency: concurrency.unwrap_or(1024),
+                }
             } else {
-                if !(r > 0.0) {
+                if r.is_nan() || r <= 0.0 {
                     return Err(cfg_err("--request-rate", "must be > 0 (or inf)"));
                 }
                 let shape = match (constant, burstiness) {
                     (true, _) => ArrivalShape::Constant,
                     (false, Some(b)) if (b - 1.0).abs() > f64::EPSILON => {
-                        if !(b > 0.0) {
+                        if b.is_nan() || b <= 0.0 {
                             return Err(cfg_err("--burstiness", "must be > 0"));
                         }
                         ArrivalShape::Gamma { burstiness: b }
                     }
                     _ => ArrivalShape::Poisson,
                 };
-                Arrivals::Open(ArrivalProcess { shape, rate: profile.unwrap_or(RateProfile::Constant(r)) })
+                Arrivals::Open(ArrivalProcess {
+                    shape,
+                    rate: profile.unwrap_or(RateProfile::Constant(r)),
+                })
             }
         });
-    } else if rate.is_some() || concurrency.is_some() || input_len.is_some() || output_len.is_some() {
+    } else if rate.is_some() || concurrency.is_some() || input_len.is_some() || output_len.is_some()
+    {
         notes.push("--workload FILE replays the trace: its arrival times and lengths win over --request-rate / --input-len / --output-len".into());
     }
     let arrivals = arrivals.expect("set above");
@@ -425,14 +586,29 @@ pub fn parse_simulate_args(
         input_len: input_len.unwrap_or(default_in),
         output_len: output_len.unwrap_or(default_out),
         num_requests,
-        shared_prefix: if is_trace { None } else { shared.unwrap_or(default_shared) },
-        sessions: turns.map(|t| Sessions { turns: t, think_time_s }),
+        shared_prefix: if is_trace {
+            None
+        } else {
+            shared.unwrap_or(default_shared)
+        },
+        sessions: turns.map(|t| Sessions {
+            turns: t,
+            think_time_s,
+        }),
         seed,
     };
     if dp == 0 {
         return Err(cfg_err("--data-parallel-size", "must be >= 1"));
     }
-    let config = SimConfig { model, gpu, serve, knobs, data_parallel_size: dp, workload, seed };
+    let config = SimConfig {
+        model,
+        gpu,
+        serve,
+        knobs,
+        data_parallel_size: dp,
+        workload,
+        seed,
+    };
     Ok(SimulateArgs {
         served_model_name: served_model_name.unwrap_or_else(|| model_name.clone()),
         model_name,
@@ -454,14 +630,25 @@ fn parse_shared_prefix(flag: &str, v: &str) -> Result<Option<SharedPrefix>, SimE
     if v == "none" || v == "off" {
         return Ok(None);
     }
-    let mut sp = SharedPrefix { num_groups: 1, prefix_len: 512, share: 1.0 };
+    let mut sp = SharedPrefix {
+        num_groups: 1,
+        prefix_len: 512,
+        share: 1.0,
+    };
     for part in v.split(',').filter(|p| !p.is_empty()) {
-        let (k, x) = part.split_once('=').ok_or_else(|| cfg_err(flag, format!("{part:?}: expected key=value")))?;
+        let (k, x) = part
+            .split_once('=')
+            .ok_or_else(|| cfg_err(flag, format!("{part:?}: expected key=value")))?;
         match k.trim() {
             "groups" => sp.num_groups = num(flag, x)?,
             "len" => sp.prefix_len = num(flag, x)?,
             "share" => sp.share = num(flag, x)?,
-            other => return Err(cfg_err(flag, format!("unknown key {other:?} (groups, len, share)"))),
+            other => {
+                return Err(cfg_err(
+                    flag,
+                    format!("unknown key {other:?} (groups, len, share)"),
+                ))
+            }
         }
     }
     if sp.num_groups == 0 || !(0.0..=1.0).contains(&sp.share) {
@@ -472,7 +659,10 @@ fn parse_shared_prefix(flag: &str, v: &str) -> Result<Option<SharedPrefix>, SimE
 
 /// Help text for the twin's own flags.
 pub fn twin_flags_help() -> String {
-    TWIN_FLAGS.iter().map(|(n, v, h)| format!("  {n}{}  {h}\n", if *v { " VALUE" } else { "" })).collect()
+    TWIN_FLAGS
+        .iter()
+        .map(|(n, v, h)| format!("  {n}{}  {h}\n", if *v { " VALUE" } else { "" }))
+        .collect()
 }
 
 #[cfg(test)]
@@ -490,16 +680,26 @@ mod tests {
         assert_eq!(a.config.serve.max_num_batched_tokens, Some(4096));
         assert_eq!(a.config.serve.max_num_seqs, Some(128));
         assert!(!a.config.knobs.enable_prefix_caching);
-        assert!(a.notes.iter().any(|n| n.contains("--port")), "{:?}", a.notes);
+        assert!(
+            a.notes.iter().any(|n| n.contains("--port")),
+            "{:?}",
+            a.notes
+        );
     }
 
     #[test]
     fn typos_are_rejected_with_a_suggestion() {
-        let e = parse("--max-num-batched-token 4096").unwrap_err().to_string();
+        let e = parse("--max-num-batched-token 4096")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did you mean --max-num-batched-tokens"), "{e}");
-        let e = parse("--gpu-memory-utilization 1.5").unwrap_err().to_string();
+        let e = parse("--gpu-memory-utilization 1.5")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--gpu-memory-utilization"), "{e}");
-        let e = parse("--input-len lognormal:mean=10").unwrap_err().to_string();
+        let e = parse("--input-len lognormal:mean=10")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--input-len"), "{e}");
     }
 }

@@ -38,7 +38,13 @@ pub struct FinishedRequest<'a> {
 /// Receives the run as it happens. All times are simulated seconds.
 pub trait Observer {
     /// A request's first output; `frontend_s` is when the API server emits it.
-    fn on_first_token(&mut self, engine: usize, times: &RequestTimes, frontend_s: f64, num_prompt_tokens: usize);
+    fn on_first_token(
+        &mut self,
+        engine: usize,
+        times: &RequestTimes,
+        frontend_s: f64,
+        num_prompt_tokens: usize,
+    );
     /// A later output of a request: `itl_s` since its previous output (engine clock).
     fn on_inter_token(&mut self, engine: usize, itl_s: f64, t_s: f64);
     fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>);

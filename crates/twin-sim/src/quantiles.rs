@@ -1,10 +1,22 @@
-//! Streaming quantiles in bounded memory: a log-bucketed histogram with ~0.5% relative
-//! error, so a million-request run keeps no per-sample vectors.
+//! Streaming quantiles in bounded memory: a log-linear histogram (HDR style: 128
+//! sub-buckets per power of two, ≤ 0.8% relative error) indexed straight from the f64
+//! bits, so recording costs no logarithm and a million-request run keeps no samples.
 
-/// Values below this are counted in the first bucket (seconds or tokens alike).
-const MIN_VALUE: f64 = 1e-6;
-/// Relative width of a bucket.
-const GROWTH: f64 = 1.005;
+/// Values below this count as zero (seconds or tokens alike).
+const MIN_VALUE: f64 = 1e-9;
+/// Mantissa bits kept: 2^7 = 128 sub-buckets per octave.
+const SUB_BITS: u32 = 7;
+const MIN_EXP_BITS: u64 = MIN_VALUE.to_bits() >> (52 - SUB_BITS);
+
+fn bucket_of(v: f64) -> usize {
+    ((v.to_bits() >> (52 - SUB_BITS)) - MIN_EXP_BITS) as usize
+}
+
+fn bucket_bounds(i: usize) -> (f64, f64) {
+    let lo = f64::from_bits(((i as u64) + MIN_EXP_BITS) << (52 - SUB_BITS));
+    let hi = f64::from_bits(((i as u64) + MIN_EXP_BITS + 1) << (52 - SUB_BITS));
+    (lo, hi)
+}
 
 #[derive(Clone, Debug)]
 pub struct LogHistogram {
@@ -43,7 +55,7 @@ impl LogHistogram {
             self.zeros += 1;
             return;
         }
-        let i = ((v / MIN_VALUE).ln() / GROWTH.ln()) as usize;
+        let i = bucket_of(v);
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
         }
@@ -83,9 +95,8 @@ impl LogHistogram {
         for (i, c) in self.counts.iter().enumerate() {
             seen += c;
             if seen >= rank {
-                let lo = MIN_VALUE * GROWTH.powi(i as i32);
-                let mid = lo * (1.0 + GROWTH) / 2.0;
-                return mid.clamp(self.min, self.max);
+                let (lo, hi) = bucket_bounds(i);
+                return ((lo + hi) / 2.0).clamp(self.min, self.max);
             }
         }
         self.max
@@ -117,7 +128,10 @@ mod tests {
         for q in [0.5, 0.9, 0.95, 0.99] {
             let exact = v[((q * (v.len() - 1) as f64).round()) as usize];
             let got = h.quantile(q);
-            assert!((got - exact).abs() / exact < 0.005, "q{q}: {got} vs {exact}");
+            assert!(
+                (got - exact).abs() / exact < 0.008,
+                "q{q}: {got} vs {exact}"
+            );
         }
         assert!((h.mean() - 5.00005).abs() < 1e-9);
     }

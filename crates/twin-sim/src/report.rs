@@ -133,7 +133,9 @@ impl Observer for ReportBuilder {
                 tpot = Some(v);
             }
         }
-        let ttft = t.first_token_s.map(|f| f + crate::driver::frontend::DETOKENIZE_S - t.arrival_s);
+        let ttft = t
+            .first_token_s
+            .map(|f| f + crate::driver::frontend::DETOKENIZE_S - t.arrival_s);
         let ok = r.finish_reason != FinishReason::Abort
             && self.slo.ttft_s.is_none_or(|s| ttft.is_some_and(|x| x <= s))
             && self.slo.tpot_s.is_none_or(|s| tpot.unwrap_or(0.0) <= s)
@@ -353,9 +355,17 @@ impl Report {
             self.requests_per_s, self.input_tokens_per_s, self.output_tokens_per_s
         );
         if self.slo != Slo::default() {
-            let _ = writeln!(s, "goodput           {:>10.2} req/s meeting the SLOs", self.goodput_requests_per_s);
+            let _ = writeln!(
+                s,
+                "goodput           {:>10.2} req/s meeting the SLOs",
+                self.goodput_requests_per_s
+            );
         }
-        let _ = writeln!(s, "\n{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}", "latency (ms)", "mean", "p50", "p90", "p95", "p99");
+        let _ = writeln!(
+            s,
+            "\n{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}",
+            "latency (ms)", "mean", "p50", "p90", "p95", "p99"
+        );
         for (name, d) in [
             ("TTFT", &self.ttft_s),
             ("ITL", &self.itl_s),
@@ -365,20 +375,67 @@ impl Report {
             ("prefill", &self.prefill_s),
             ("decode", &self.decode_s),
         ] {
-            let _ = writeln!(s, "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}", name, ms(d.mean), ms(d.p50), ms(d.p90), ms(d.p95), ms(d.p99));
+            let _ = writeln!(
+                s,
+                "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}",
+                name,
+                ms(d.mean),
+                ms(d.p50),
+                ms(d.p90),
+                ms(d.p95),
+                ms(d.p99)
+            );
         }
-        let _ = writeln!(s, "\n{:<22}{:>10}{:>10}{:>10}{:>10}", "lengths (tokens)", "mean", "p50", "p90", "p99");
-        for (name, d) in [("prompt", &self.prompt_tokens), ("output", &self.output_tokens)] {
-            let _ = writeln!(s, "{:<22}{:>10.0}{:>10.0}{:>10.0}{:>10.0}", name, d.mean, d.p50, d.p90, d.p99);
+        let _ = writeln!(
+            s,
+            "\n{:<22}{:>10}{:>10}{:>10}{:>10}",
+            "lengths (tokens)", "mean", "p50", "p90", "p99"
+        );
+        for (name, d) in [
+            ("prompt", &self.prompt_tokens),
+            ("output", &self.output_tokens),
+        ] {
+            let _ = writeln!(
+                s,
+                "{:<22}{:>10.0}{:>10.0}{:>10.0}{:>10.0}",
+                name, d.mean, d.p50, d.p90, d.p99
+            );
         }
         let _ = writeln!(s, "\nengine");
         let _ = writeln!(s, "  preemptions             {}", self.num_preemptions);
-        let _ = writeln!(s, "  KV cache usage          mean {:.1}%  peak {:.1}%", self.kv_cache_usage_mean * 100.0, self.kv_cache_usage_peak * 100.0);
-        let _ = writeln!(s, "  running / waiting peak  {} / {}", self.num_running_peak, self.num_waiting_peak);
-        let _ = writeln!(s, "  prefix-cache hit rate   {:.1}%", self.prefix_cache_hit_rate * 100.0);
-        let _ = writeln!(s, "  steps                   {}  mean {:.1} tokens/step  {:.1}% at the token budget", self.num_steps, self.mean_tokens_per_step, self.share_of_steps_at_token_budget * 100.0);
-        let _ = writeln!(s, "  GPU busy                {:.1}%", self.gpu_busy_share * 100.0);
-        let reasons: Vec<String> = self.finish_reasons.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            s,
+            "  KV cache usage          mean {:.1}%  peak {:.1}%",
+            self.kv_cache_usage_mean * 100.0,
+            self.kv_cache_usage_peak * 100.0
+        );
+        let _ = writeln!(
+            s,
+            "  running / waiting peak  {} / {}",
+            self.num_running_peak, self.num_waiting_peak
+        );
+        let _ = writeln!(
+            s,
+            "  prefix-cache hit rate   {:.1}%",
+            self.prefix_cache_hit_rate * 100.0
+        );
+        let _ = writeln!(
+            s,
+            "  steps                   {}  mean {:.1} tokens/step  {:.1}% at the token budget",
+            self.num_steps,
+            self.mean_tokens_per_step,
+            self.share_of_steps_at_token_budget * 100.0
+        );
+        let _ = writeln!(
+            s,
+            "  GPU busy                {:.1}%",
+            self.gpu_busy_share * 100.0
+        );
+        let reasons: Vec<String> = self
+            .finish_reasons
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let _ = writeln!(s, "  finish reasons          {}", reasons.join("  "));
         s
     }

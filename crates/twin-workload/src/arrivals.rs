@@ -14,7 +14,11 @@ pub enum RateProfile {
     /// `(start_s, rate)` pieces, sorted by start; the first starts at 0.
     Steps(Vec<(f64, f64)>),
     /// Linear from `from` to `to` over `over_s` seconds, then flat.
-    Ramp { from: f64, to: f64, over_s: f64 },
+    Ramp {
+        from: f64,
+        to: f64,
+        over_s: f64,
+    },
 }
 
 impl RateProfile {
@@ -44,8 +48,13 @@ impl RateProfile {
             .ok_or_else(|| bad("expected step:T=R,... or ramp:from=R,to=R,over=S".into()))?;
         let mut pairs = Vec::new();
         for p in body.split(',').filter(|p| !p.trim().is_empty()) {
-            let (k, v) = p.split_once('=').ok_or_else(|| bad(format!("expected key=value, got {p:?}")))?;
-            let v: f64 = v.trim().parse().map_err(|_| bad(format!("{v:?} is not a number")))?;
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| bad(format!("expected key=value, got {p:?}")))?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("{v:?} is not a number")))?;
             if !(v.is_finite() && v >= 0.0) {
                 return Err(bad(format!("{v} must be a finite non-negative number")));
             }
@@ -55,7 +64,9 @@ impl RateProfile {
             "step" => {
                 let mut pieces = Vec::new();
                 for (k, r) in pairs {
-                    let t: f64 = k.parse().map_err(|_| bad(format!("{k:?} is not a time in seconds")))?;
+                    let t: f64 = k
+                        .parse()
+                        .map_err(|_| bad(format!("{k:?} is not a time in seconds")))?;
                     pieces.push((t, r));
                 }
                 pieces.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -134,8 +145,10 @@ impl ArrivalProcess {
             }
             let gap = match self.shape {
                 ArrivalShape::Poisson => -rng.gen::<f64>().max(f64::MIN_POSITIVE).ln() / rate,
-                ArrivalShape::Gamma { burstiness } => Gamma::new(burstiness, 1.0 / (rate * burstiness))
-                    .map_or(1.0 / rate, |g| g.sample(rng)),
+                ArrivalShape::Gamma { burstiness } => {
+                    Gamma::new(burstiness, 1.0 / (rate * burstiness))
+                        .map_or(1.0 / rate, |g| g.sample(rng))
+                }
                 ArrivalShape::Constant => 1.0 / rate,
             };
             return Some(t + gap);

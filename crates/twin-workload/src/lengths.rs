@@ -11,11 +11,23 @@ use crate::WorkloadError;
 #[derive(Clone, Debug, PartialEq)]
 pub enum LengthDist {
     Fixed(usize),
-    Uniform { min: usize, max: usize },
-    Normal { mean: f64, std: f64 },
-    LogNormal { mean: f64, sigma: f64 },
+    Uniform {
+        min: usize,
+        max: usize,
+    },
+    Normal {
+        mean: f64,
+        std: f64,
+    },
+    LogNormal {
+        mean: f64,
+        sigma: f64,
+    },
     /// Values with cumulative probabilities (last = 1.0).
-    Empirical { values: Vec<usize>, cumulative: Vec<f64> },
+    Empirical {
+        values: Vec<usize>,
+        cumulative: Vec<f64>,
+    },
 }
 
 fn bad(field: &str, spec: &str, why: impl std::fmt::Display) -> WorkloadError {
@@ -25,7 +37,11 @@ fn bad(field: &str, spec: &str, why: impl std::fmt::Display) -> WorkloadError {
     }
 }
 
-fn params<'a>(field: &str, spec: &'a str, body: &'a str) -> Result<Vec<(&'a str, f64)>, WorkloadError> {
+fn params<'a>(
+    field: &str,
+    spec: &'a str,
+    body: &'a str,
+) -> Result<Vec<(&'a str, f64)>, WorkloadError> {
     body.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|p| {
@@ -61,9 +77,13 @@ impl LengthDist {
             }
             return Ok(LengthDist::Fixed(n));
         }
-        let (kind, body) = spec_t
-            .split_once(':')
-            .ok_or_else(|| bad(field, spec, "expected a number or KIND:params (uniform, normal, lognormal, empirical)"))?;
+        let (kind, body) = spec_t.split_once(':').ok_or_else(|| {
+            bad(
+                field,
+                spec,
+                "expected a number or KIND:params (uniform, normal, lognormal, empirical)",
+            )
+        })?;
         let d = match kind.trim() {
             "fixed" => {
                 let ps = params(field, spec, body)?;
@@ -82,7 +102,10 @@ impl LengthDist {
             }
             "normal" => {
                 let ps = params(field, spec, body)?;
-                let (mean, std) = (get(field, spec, &ps, "mean")?, get(field, spec, &ps, "std")?);
+                let (mean, std) = (
+                    get(field, spec, &ps, "mean")?,
+                    get(field, spec, &ps, "std")?,
+                );
                 if mean < 1.0 || std < 0.0 {
                     return Err(bad(field, spec, "need mean >= 1 and std >= 0"));
                 }
@@ -90,7 +113,10 @@ impl LengthDist {
             }
             "lognormal" => {
                 let ps = params(field, spec, body)?;
-                let (mean, sigma) = (get(field, spec, &ps, "mean")?, get(field, spec, &ps, "sigma")?);
+                let (mean, sigma) = (
+                    get(field, spec, &ps, "mean")?,
+                    get(field, spec, &ps, "sigma")?,
+                );
                 if mean < 1.0 || sigma < 0.0 {
                     return Err(bad(field, spec, "need mean >= 1 and sigma >= 0"));
                 }
@@ -101,7 +127,9 @@ impl LengthDist {
                 return Err(bad(
                     field,
                     spec,
-                    format!("unknown distribution {other:?} (fixed, uniform, normal, lognormal, empirical)"),
+                    format!(
+                    "unknown distribution {other:?} (fixed, uniform, normal, lognormal, empirical)"
+                ),
                 ))
             }
         };
@@ -113,7 +141,12 @@ impl LengthDist {
         let mut weights = Vec::new();
         for part in body.split(',').filter(|p| !p.trim().is_empty()) {
             let (v, w) = match part.split_once('=') {
-                Some((v, w)) => (v, w.trim().parse::<f64>().map_err(|_| bad(field, spec, format!("{w:?} is not a weight")))?),
+                Some((v, w)) => (
+                    v,
+                    w.trim()
+                        .parse::<f64>()
+                        .map_err(|_| bad(field, spec, format!("{w:?} is not a weight")))?,
+                ),
                 None => (part, 1.0),
             };
             let v: usize = v
@@ -128,7 +161,11 @@ impl LengthDist {
         }
         let total: f64 = weights.iter().sum();
         if values.is_empty() || total <= 0.0 {
-            return Err(bad(field, spec, "an empirical distribution needs at least one value with weight > 0"));
+            return Err(bad(
+                field,
+                spec,
+                "an empirical distribution needs at least one value with weight > 0",
+            ));
         }
         let mut acc = 0.0;
         let cumulative = weights
@@ -146,7 +183,9 @@ impl LengthDist {
         let x = match self {
             LengthDist::Fixed(n) => return *n,
             LengthDist::Uniform { min, max } => return rng.gen_range(*min..=*max),
-            LengthDist::Normal { mean, std } => Normal::new(*mean, *std).map_or(*mean, |d| d.sample(rng)),
+            LengthDist::Normal { mean, std } => {
+                Normal::new(*mean, *std).map_or(*mean, |d| d.sample(rng))
+            }
             LengthDist::LogNormal { mean, sigma } => {
                 let mu = mean.ln() - sigma * sigma / 2.0;
                 LogNormal::new(mu, *sigma).map_or(*mean, |d| d.sample(rng))
@@ -191,18 +230,38 @@ mod tests {
     #[test]
     fn parses_and_samples_every_kind() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        for spec in ["512", "uniform:min=10,max=20", "normal:mean=100,std=10", "lognormal:mean=1000,sigma=0.8", "empirical:5,7", "empirical:5=0.9,7=0.1"] {
+        for spec in [
+            "512",
+            "uniform:min=10,max=20",
+            "normal:mean=100,std=10",
+            "lognormal:mean=1000,sigma=0.8",
+            "empirical:5,7",
+            "empirical:5=0.9,7=0.1",
+        ] {
             let d = LengthDist::parse("--input-len", spec).expect(spec);
             let n = 20_000;
             let mean = (0..n).map(|_| d.sample(&mut rng) as f64).sum::<f64>() / n as f64;
-            assert!((mean - d.mean()).abs() / d.mean() < 0.05, "{spec}: sample mean {mean} vs {}", d.mean());
+            assert!(
+                (mean - d.mean()).abs() / d.mean() < 0.05,
+                "{spec}: sample mean {mean} vs {}",
+                d.mean()
+            );
         }
     }
 
     #[test]
     fn errors_name_the_flag() {
-        for spec in ["0", "lognormal:mean=1000", "gauss:mean=1", "uniform:min=5,max=2", "empirical:", "abc"] {
-            let e = LengthDist::parse("--output-len", spec).expect_err(spec).to_string();
+        for spec in [
+            "0",
+            "lognormal:mean=1000",
+            "gauss:mean=1",
+            "uniform:min=5,max=2",
+            "empirical:",
+            "abc",
+        ] {
+            let e = LengthDist::parse("--output-len", spec)
+                .expect_err(spec)
+                .to_string();
             assert!(e.contains("--output-len"), "{e}");
         }
     }

@@ -41,7 +41,9 @@ pub enum WorkloadError {
 pub enum Arrivals {
     Open(ArrivalProcess),
     /// A fixed number of clients, each sending its next request when the last one ends.
-    Closed { concurrency: usize },
+    Closed {
+        concurrency: usize,
+    },
     /// Replay; lengths and contents come from the records.
     Trace(Vec<TraceRecord>),
 }
@@ -256,7 +258,7 @@ impl Workload {
                 self.fresh(id, t)
             }
             Pending::Turn(s) => self.next_turn(id, t, s),
-            Pending::Trace(i) => self.from_trace(id, i),
+            Pending::Trace(i) => self.trace_request(id, i),
         };
         Some(req)
     }
@@ -324,7 +326,7 @@ impl Workload {
         }
     }
 
-    fn from_trace(&mut self, id: u64, i: usize) -> RequestSpec {
+    fn trace_request(&mut self, id: u64, i: usize) -> RequestSpec {
         let Arrivals::Trace(records) = &self.spec.arrivals else {
             unreachable!("trace pending only with trace arrivals")
         };
@@ -334,11 +336,16 @@ impl Workload {
             TraceContent::Unique => synth_tokens(0x3000_0000_0000 + id, r.input_len, &mut prompt),
             TraceContent::Tokens(t) => prompt.extend_from_slice(t),
             TraceContent::PrefixGroup { group, prefix_len } => {
-                let key = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+                let key = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+                });
                 synth_tokens(key, *prefix_len, &mut prompt);
                 synth_tokens(0x3000_0000_0000 + id, r.input_len - prefix_len, &mut prompt);
             }
-            TraceContent::Blocks { hash_ids, block_tokens } => {
+            TraceContent::Blocks {
+                hash_ids,
+                block_tokens,
+            } => {
                 for (b, h) in hash_ids.iter().enumerate() {
                     let n = (*block_tokens).min(r.input_len - b * block_tokens);
                     synth_tokens(0x4000_0000_0000 + h, n, &mut prompt);
@@ -387,7 +394,8 @@ impl Workload {
     pub fn is_exhausted(&self) -> bool {
         let closed = matches!(self.spec.arrivals, Arrivals::Closed { .. });
         self.due.is_empty()
-            && (self.scheduled >= self.spec.num_requests as u64 || (self.sessions.is_empty() && !closed))
+            && (self.scheduled >= self.spec.num_requests as u64
+                || (self.sessions.is_empty() && !closed))
     }
 }
 
@@ -417,8 +425,16 @@ mod tests {
             shape: ArrivalShape::Poisson,
             rate: RateProfile::Constant(10.0),
         });
-        let mut a = Workload::new(WorkloadSpec { num_requests: 5000, ..spec(open.clone()) }).unwrap();
-        let mut b = Workload::new(WorkloadSpec { num_requests: 5000, ..spec(open) }).unwrap();
+        let mut a = Workload::new(WorkloadSpec {
+            num_requests: 5000,
+            ..spec(open.clone())
+        })
+        .unwrap();
+        let mut b = Workload::new(WorkloadSpec {
+            num_requests: 5000,
+            ..spec(open)
+        })
+        .unwrap();
         let mut last = 0.0;
         let mut n = 0;
         while let Some(r) = a.pop_due(f64::INFINITY) {
@@ -452,7 +468,10 @@ mod tests {
         expect.extend_from_slice(&[9, 9, 9, 9]);
         assert_eq!(&r2.prompt_token_ids[..expect.len()], &expect[..]);
         // share = 1.0: every prompt starts with one of the two 8-token group prefixes.
-        let groups = [r0.prompt_token_ids[..8].to_vec(), r1.prompt_token_ids[..8].to_vec()];
+        let groups = [
+            r0.prompt_token_ids[..8].to_vec(),
+            r1.prompt_token_ids[..8].to_vec(),
+        ];
         assert!(groups.iter().all(|g| g.len() == 8));
         assert_ne!(r0.prompt_token_ids[8..], r1.prompt_token_ids[8..]);
     }

@@ -24,7 +24,10 @@ pub enum TraceContent {
     /// Tokens unique to this request.
     Unique,
     /// `hash_ids` of `block_tokens`-token blocks; equal ids mean equal tokens.
-    Blocks { hash_ids: Vec<u64>, block_tokens: usize },
+    Blocks {
+        hash_ids: Vec<u64>,
+        block_tokens: usize,
+    },
     /// A shared prefix of `prefix_len` tokens, then unique tokens.
     PrefixGroup { group: String, prefix_len: usize },
     /// Explicit token ids.
@@ -92,7 +95,11 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Vec<TraceRecord>, WorkloadE
     for (i, raw) in text.lines().enumerate() {
         let lineno = i + 1;
         if raw.len() > MAX_LINE_BYTES {
-            return Err(line_err(file, lineno, format!("line longer than {MAX_LINE_BYTES} bytes")));
+            return Err(line_err(
+                file,
+                lineno,
+                format!("line longer than {MAX_LINE_BYTES} bytes"),
+            ));
         }
         let line = raw.trim_start_matches('\u{feff}').trim();
         if line.is_empty() {
@@ -101,7 +108,11 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Vec<TraceRecord>, WorkloadE
         let rec = match format {
             TraceFormat::Native => Some(native(line).map_err(|m| line_err(file, lineno, m))?),
             TraceFormat::Mooncake => Some(mooncake(line).map_err(|m| line_err(file, lineno, m))?),
-            TraceFormat::Azure | TraceFormat::BurstGpt if i == 0 || line.starts_with("TIMESTAMP") || line.starts_with("Timestamp") => None,
+            TraceFormat::Azure | TraceFormat::BurstGpt
+                if i == 0 || line.starts_with("TIMESTAMP") || line.starts_with("Timestamp") =>
+            {
+                None
+            }
             TraceFormat::Azure => Some(azure(line).map_err(|m| line_err(file, lineno, m))?),
             TraceFormat::BurstGpt => Some(burstgpt(line).map_err(|m| line_err(file, lineno, m))?),
         };
@@ -112,7 +123,10 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Vec<TraceRecord>, WorkloadE
     if out.is_empty() {
         return Err(line_err(file, 1, "the trace has no requests"));
     }
-    let t0 = out.iter().map(|r| r.arrival_time_s).fold(f64::INFINITY, f64::min);
+    let t0 = out
+        .iter()
+        .map(|r| r.arrival_time_s)
+        .fold(f64::INFINITY, f64::min);
     for r in &mut out {
         r.arrival_time_s -= t0;
     }
@@ -125,7 +139,11 @@ fn field_u64(v: &Value, key: &str) -> Result<u64, String> {
     match v.get(key) {
         Some(x) => x
             .as_u64()
-            .or_else(|| x.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64))
+            .or_else(|| {
+                x.as_f64()
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                    .map(|f| f as u64)
+            })
             .ok_or_else(|| format!("field {key:?} must be a non-negative integer, got {x}")),
         None => Err(format!("missing field {key:?}")),
     }
@@ -134,7 +152,9 @@ fn field_u64(v: &Value, key: &str) -> Result<u64, String> {
 fn field_f64(v: &Value, key: &str) -> Result<f64, String> {
     match v.get(key).and_then(Value::as_f64) {
         Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        Some(x) => Err(format!("field {key:?} must be a finite non-negative number, got {x}")),
+        Some(x) => Err(format!(
+            "field {key:?} must be a finite non-negative number, got {x}"
+        )),
         None => Err(format!("missing or non-numeric field {key:?}")),
     }
 }
@@ -144,10 +164,16 @@ fn native(line: &str) -> Result<TraceRecord, String> {
     let arrival_time_s = field_f64(&v, "arrival_time_s")?;
     let output_len = field_u64(&v, "output_len")? as usize;
     let (input_len, content) = if let Some(toks) = v.get("prompt_token_ids") {
-        let arr = toks.as_array().ok_or("field \"prompt_token_ids\" must be a list")?;
+        let arr = toks
+            .as_array()
+            .ok_or("field \"prompt_token_ids\" must be a list")?;
         let toks = arr
             .iter()
-            .map(|t| t.as_u64().filter(|x| *x < u32::MAX as u64).map(|x| x as u32))
+            .map(|t| {
+                t.as_u64()
+                    .filter(|x| *x < u32::MAX as u64)
+                    .map(|x| x as u32)
+            })
             .collect::<Option<Vec<u32>>>()
             .ok_or("field \"prompt_token_ids\" must hold token ids")?;
         (toks.len(), TraceContent::Tokens(toks))
@@ -156,7 +182,10 @@ fn native(line: &str) -> Result<TraceRecord, String> {
         match v.get("prefix_group") {
             None | Some(Value::Null) => (n, TraceContent::Unique),
             Some(g) => {
-                let group = g.as_str().map(str::to_string).unwrap_or_else(|| g.to_string());
+                let group = g
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| g.to_string());
                 let prefix_len = field_u64(&v, "prefix_len")? as usize;
                 if prefix_len > n {
                     return Err(format!("prefix_len {prefix_len} > prompt_len {n}"));
@@ -224,10 +253,23 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 fn parse_datetime(s: &str) -> Result<f64, String> {
     let bad = || format!("bad timestamp {s:?}: expected YYYY-MM-DD HH:MM:SS[.fraction]");
     let (date, time) = s.trim().split_once(' ').ok_or_else(bad)?;
-    let d: Vec<i64> = date.split('-').map(|x| x.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms.split(':').map(|x| x.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-    if d.len() != 3 || t.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) || t[0] > 23 || t[1] > 59 || t[2] > 60 {
+    let t: Vec<i64> = hms
+        .split(':')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    if d.len() != 3
+        || t.len() != 3
+        || !(1..=12).contains(&d[1])
+        || !(1..=31).contains(&d[2])
+        || t[0] > 23
+        || t[1] > 59
+        || t[2] > 60
+    {
         return Err(bad());
     }
     let frac: f64 = format!("0.{frac}").parse().map_err(|_| bad())?;
@@ -235,7 +277,10 @@ fn parse_datetime(s: &str) -> Result<f64, String> {
 }
 
 fn csv_usize(cols: &[&str], i: usize, name: &str) -> Result<usize, String> {
-    let c = cols.get(i).ok_or_else(|| format!("missing column {name:?}"))?.trim();
+    let c = cols
+        .get(i)
+        .ok_or_else(|| format!("missing column {name:?}"))?
+        .trim();
     c.parse::<usize>()
         .or_else(|_| c.parse::<f64>().map(|f| f as usize).map_err(|_| ()))
         .map_err(|_| format!("column {name:?} is not a token count: {c:?}"))
@@ -244,7 +289,10 @@ fn csv_usize(cols: &[&str], i: usize, name: &str) -> Result<usize, String> {
 fn azure(line: &str) -> Result<TraceRecord, String> {
     let cols: Vec<&str> = line.split(',').collect();
     if cols.len() != 3 {
-        return Err(format!("expected 3 columns (TIMESTAMP,ContextTokens,GeneratedTokens), got {}", cols.len()));
+        return Err(format!(
+            "expected 3 columns (TIMESTAMP,ContextTokens,GeneratedTokens), got {}",
+            cols.len()
+        ));
     }
     Ok(TraceRecord {
         arrival_time_s: parse_datetime(cols[0])?,
@@ -283,10 +331,17 @@ mod tests {
         assert_eq!(r[1].arrival_time_s, 3.0);
         let a = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109";
         let r = parse_trace("a.csv", a).expect("azure");
-        assert!((r[1].arrival_time_s - 4.314579).abs() < 1e-6, "{}", r[1].arrival_time_s);
+        assert!(
+            (r[1].arrival_time_s - 4.314579).abs() < 1e-6,
+            "{}",
+            r[1].arrival_time_s
+        );
         let b = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,100,0,100,Conversation log\n9,GPT-4,50,20,70,API log";
         let r = parse_trace("b.csv", b).expect("burstgpt");
-        assert_eq!((r[1].arrival_time_s, r[1].input_len, r[1].output_len), (4.0, 50, 20));
+        assert_eq!(
+            (r[1].arrival_time_s, r[1].input_len, r[1].output_len),
+            (4.0, 50, 20)
+        );
         let n = "{\"arrival_time_s\": 1.5, \"prompt_len\": 40, \"output_len\": 3, \"prefix_group\": \"s\", \"prefix_len\": 16}";
         assert_eq!(parse_trace("n.jsonl", n).expect("native").len(), 1);
     }
@@ -300,6 +355,9 @@ mod tests {
         let e = parse_trace("a.csv", a).unwrap_err().to_string();
         assert!(e.contains("a.csv") && e.contains("line 3"), "{e}");
         let e = parse_trace("x.txt", "hello\n").unwrap_err().to_string();
-        assert!(e.contains("x.txt") && e.contains("unknown trace format"), "{e}");
+        assert!(
+            e.contains("x.txt") && e.contains("unknown trace format"),
+            "{e}"
+        );
     }
 }

@@ -84,7 +84,10 @@ fn main() -> ExitCode {
 }
 
 fn list_models() -> Result<ExitCode> {
-    println!("{:<44} {:>8} {:>7} {:>9} {:>10}", "model", "params", "layers", "kv heads", "max len");
+    println!(
+        "{:<44} {:>8} {:>7} {:>9} {:>10}",
+        "model", "params", "layers", "kv heads", "max len"
+    );
     for m in twin_cost::model::catalog() {
         println!(
             "{:<44} {:>7.1}B {:>7} {:>9} {:>10}",
@@ -99,7 +102,10 @@ fn list_models() -> Result<ExitCode> {
 }
 
 fn list_gpus() -> Result<ExitCode> {
-    println!("{:<12} {:<28} {:>9} {:>11} {:>14}", "key", "name", "memory", "HBM TB/s", "bf16 TFLOP/s");
+    println!(
+        "{:<12} {:<28} {:>9} {:>11} {:>14}",
+        "key", "name", "memory", "HBM TB/s", "bf16 TFLOP/s"
+    );
     for g in twin_cost::gpu::catalog() {
         println!(
             "{:<12} {:<28} {:>6.0} GB {:>11.2} {:>14.0}",

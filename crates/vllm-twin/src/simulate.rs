@@ -24,13 +24,21 @@ impl Progress {
     fn new(total: u64, enabled: bool) -> Self {
         let bar = ProgressBar::with_draw_target(
             Some(total),
-            if enabled { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() },
+            if enabled {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            },
         );
         bar.set_style(
             ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {per_sec}  eta {eta}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        Progress { bar, started: Instant::now(), done: 0 }
+        Progress {
+            bar,
+            started: Instant::now(),
+            done: 0,
+        }
     }
 
     fn tick(&mut self) {
@@ -54,7 +62,10 @@ impl Observer for Progress {
 }
 
 pub fn run(args: &[String]) -> Result<ExitCode> {
-    if args.iter().any(|a| a == "--help" || a == "-h" || a == "--help-flags") {
+    if args
+        .iter()
+        .any(|a| a == "--help" || a == "-h" || a == "--help-flags")
+    {
         println!(
             "vllm-twin simulate [MODEL] [vllm serve flags] [twin flags]\n\n\
              vLLM flags keep their names and 0.34 defaults (e.g. --max-num-batched-tokens,\n\
@@ -86,7 +97,10 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     };
     let text_out = !sim.json;
     if text_out {
-        println!("vllm-twin simulate: {} on {} (x{} DP)", sim.model_name, startup.plan.gpu_key, sim.config.data_parallel_size);
+        println!(
+            "vllm-twin simulate: {} on {} (x{} DP)",
+            sim.model_name, startup.plan.gpu_key, sim.config.data_parallel_size
+        );
         for n in &sim.notes {
             println!("note: {n}");
         }
@@ -116,17 +130,26 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.render_text());
-        println!("\n(simulated {:.1} s of traffic in {:.2} s of wall time)", report.duration_s, wall_s);
+        println!(
+            "\n(simulated {:.1} s of traffic in {:.2} s of wall time)",
+            report.duration_s, wall_s
+        );
     }
     if let Some(dir) = &sim.out_dir {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+        fs::write(
+            dir.join("report.json"),
+            serde_json::to_string_pretty(&report)?,
+        )?;
         fs::write(dir.join("timeseries.csv"), report.timeseries_csv())?;
         for (name, svg) in twin_sim::charts::all(&report) {
             fs::write(dir.join(name), svg)?;
         }
         if text_out {
-            println!("wrote {}/report.json, timeseries.csv and charts", dir.display());
+            println!(
+                "wrote {}/report.json, timeseries.csv and charts",
+                dir.display()
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

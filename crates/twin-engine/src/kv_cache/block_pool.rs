@@ -50,7 +50,10 @@ impl BlockPool {
     /// All blocks start free in id order; block 0 is then taken as the null block.
     /// vLLM: `BlockPool.__init__`.
     pub fn new(num_gpu_blocks: usize, enable_caching: bool) -> Self {
-        assert!(num_gpu_blocks >= 2, "the pool needs the null block and one more");
+        assert!(
+            num_gpu_blocks >= 2,
+            "the pool needs the null block and one more"
+        );
         assert!(num_gpu_blocks < (u32::MAX - 2) as usize);
         let n = num_gpu_blocks as u32;
         let (head, tail) = (n, n + 1);
@@ -143,7 +146,8 @@ impl BlockPool {
             }
             Some(CachedIds::One(first)) => {
                 let first = *first;
-                self.cached.insert(hash, CachedIds::Many(vec![first, block]));
+                self.cached
+                    .insert(hash, CachedIds::Many(vec![first, block]));
             }
             Some(CachedIds::Many(ids)) => ids.push(block),
         }
@@ -316,7 +320,11 @@ impl BlockPool {
             free += usize::from(b.in_free_queue);
         }
         assert_eq!(free, self.num_free_blocks, "free count drifted");
-        assert_eq!(self.free_queue_ids().len(), free, "free list length drifted");
+        assert_eq!(
+            self.free_queue_ids().len(),
+            free,
+            "free list length drifted"
+        );
         assert_eq!(
             free + self.num_referenced_blocks() + 1,
             n,

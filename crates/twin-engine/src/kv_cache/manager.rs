@@ -133,8 +133,10 @@ impl KVCacheManager {
         let num_local_computed = req.num_computed_tokens + args.num_new_computed_tokens;
         let total_computed = num_local_computed.min(self.max_model_len);
         let watermark_blocks = if args.has_scheduled_reqs
-            && matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted)
-        {
+            && matches!(
+                req.status,
+                RequestStatus::Waiting | RequestStatus::Preempted
+            ) {
             self.watermark_blocks
         } else {
             0

@@ -257,7 +257,10 @@ impl Scheduler {
                 let victim = if priority {
                     self.priority_victim()
                 } else {
-                    *self.running.last().expect("running holds the current request")
+                    *self
+                        .running
+                        .last()
+                        .expect("running holds the current request")
                 };
                 if priority {
                     let idx = self
@@ -299,7 +302,7 @@ impl Scheduler {
             let computed_before = r.num_computed_tokens;
             let spec_start = out.spec_token_ids.len();
             if !r.spec_token_ids.is_empty() {
-                let k = n as i64 + computed as i64
+                let k = n as i64 + computed
                     - r.num_tokens() as i64
                     - r.num_output_placeholders as i64;
                 if k > 0 {
@@ -383,7 +386,7 @@ impl Scheduler {
                     && (num_running_scheduled > 0 || num_computed > 0)
                 {
                     let padded = 1 + num_spec_tokens as i64;
-                    if num_computed as i64 + padded + 1 <= max_model_len {
+                    if num_computed as i64 + padded < max_model_len {
                         if padded > request_budget {
                             break;
                         }
@@ -504,8 +507,7 @@ impl Scheduler {
     /// Move the first waiting requests with the deepest cached prefix to the front of
     /// the window. vLLM: `Scheduler._reorder_waiting_by_cached_prefix`.
     fn reorder_waiting_by_cached_prefix(&mut self) {
-        if self.waiting.len() < 2 || self.kv.usage() < self.config.cache_aware_admission_threshold
-        {
+        if self.waiting.len() < 2 || self.kv.usage() < self.config.cache_aware_admission_threshold {
             return;
         }
         let window = self.cache_aware_window;
@@ -700,7 +702,11 @@ impl Scheduler {
 
     /// Abort (or otherwise finish) requests from outside. Returns the handles that were
     /// still unfinished. vLLM: `Scheduler.finish_requests`.
-    pub fn finish_requests(&mut self, handles: &[ReqHandle], status: RequestStatus) -> Vec<ReqHandle> {
+    pub fn finish_requests(
+        &mut self,
+        handles: &[ReqHandle],
+        status: RequestStatus,
+    ) -> Vec<ReqHandle> {
         assert!(status.is_finished());
         let mut valid = Vec::new();
         for &h in handles {
@@ -750,7 +756,10 @@ impl Scheduler {
     /// Check every cross-structure invariant; panics naming the broken one.
     pub fn assert_invariants(&self) {
         self.kv.block_pool.assert_consistent();
-        assert!(self.running.len() <= self.config.max_num_seqs, "running > max_num_seqs");
+        assert!(
+            self.running.len() <= self.config.max_num_seqs,
+            "running > max_num_seqs"
+        );
         let held: usize = self
             .running
             .iter()

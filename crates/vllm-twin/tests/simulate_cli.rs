@@ -1,0 +1,213 @@
+//! `vllm-twin simulate` end to end, through the real binary.
+
+use std::process::Command;
+
+fn twin(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+        .args(args)
+        .output()
+        .expect("run vllm-twin")
+}
+
+fn json_report(args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["simulate", "--json", "--quiet"];
+    a.extend_from_slice(args);
+    let out = twin(&a);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints one JSON document")
+}
+
+#[test]
+fn default_run_prints_plan_and_report() {
+    let out = twin(&["simulate", "--num-requests", "300"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "KV cache pool",
+        "num_gpu_blocks",
+        "TTFT",
+        "ITL",
+        "TPOT",
+        "E2E",
+        "prefix-cache hit rate",
+        "finish reasons",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn same_seed_same_bytes_different_seed_different_run() {
+    let a = json_report(&["--num-requests", "200", "--seed", "4"]);
+    let b = json_report(&["--num-requests", "200", "--seed", "4"]);
+    let c = json_report(&["--num-requests", "200", "--seed", "5"]);
+    assert_eq!(a, b);
+    assert_ne!(a["ttft_s"], c["ttft_s"]);
+    assert_eq!(a["num_finished"], 200);
+}
+
+#[test]
+fn flags_move_metrics_the_way_vllm_mechanics_say() {
+    // fp8 KV halves bytes per token: under KV pressure the pool holds twice the requests.
+    let base = [
+        "--request-rate",
+        "inf",
+        "--max-concurrency",
+        "512",
+        "--num-requests",
+        "1500",
+        "--input-len",
+        "3000",
+        "--output-len",
+        "300",
+        "--gpu-memory-utilization",
+        "0.5",
+    ];
+    let auto = json_report(&base);
+    let mut fp8_args = base.to_vec();
+    fp8_args.extend(["--kv-cache-dtype", "fp8"]);
+    let fp8 = json_report(&fp8_args);
+    let peak = |r: &serde_json::Value| r["num_running_peak"].as_f64().unwrap();
+    assert!(
+        peak(&fp8) >= 1.8 * peak(&auto),
+        "running peak fp8 {} vs auto {}",
+        peak(&fp8),
+        peak(&auto)
+    );
+    let tput = |r: &serde_json::Value| r["output_tokens_per_s"].as_f64().unwrap();
+    assert!(
+        tput(&fp8) > tput(&auto),
+        "fp8 {} vs auto {} tok/s",
+        tput(&fp8),
+        tput(&auto)
+    );
+    // Turning prefix caching off removes all hits on a shared-prefix workload.
+    let off = json_report(&[
+        "--num-requests",
+        "300",
+        "--no-enable-prefix-caching",
+        "--shared-prefix",
+        "groups=1,len=1024,share=1",
+    ]);
+    let on = json_report(&[
+        "--num-requests",
+        "300",
+        "--shared-prefix",
+        "groups=1,len=1024,share=1",
+    ]);
+    assert_eq!(off["prefix_cache_hit_rate"], 0.0);
+    assert!(on["prefix_cache_hit_rate"].as_f64().unwrap() > 0.3, "{on}");
+}
+
+#[test]
+fn out_dir_gets_report_timeseries_and_charts() {
+    let dir = std::env::temp_dir().join(format!("twin-sim-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = twin(&[
+        "simulate",
+        "--num-requests",
+        "200",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "report.json",
+        "timeseries.csv",
+        "kv_cache_usage.svg",
+        "running_waiting.svg",
+        "latency_over_time.svg",
+        "latency_cdf.svg",
+    ] {
+        let p = dir.join(f);
+        let body = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(body.len() > 100, "{f} is nearly empty");
+        if f.ends_with(".svg") {
+            assert!(
+                body.starts_with("<svg") && body.contains("<path"),
+                "{f} is not a chart"
+            );
+        }
+    }
+    let csv = std::fs::read_to_string(dir.join("timeseries.csv")).unwrap();
+    assert!(csv.lines().count() > 3 && csv.starts_with("t_s,kv_cache_usage_mean"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["simulate", "--max-num-batched-token", "4096"],
+            "did you mean --max-num-batched-tokens",
+        ),
+        (&["simulate", "--gpu", "h1000"], "--gpu"),
+        (&["simulate", "not-a-model/xyz"], "MODEL"),
+        (
+            &["simulate", "--input-len", "lognormal:sigma=1"],
+            "--input-len",
+        ),
+        (
+            &["simulate", "--workload", "/nonexistent/trace.jsonl"],
+            "--workload",
+        ),
+        (&["simulate", "--max-num-seqs", "abc"], "--max-num-seqs"),
+    ];
+    for (args, needle) in cases {
+        let out = twin(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_too_long_max_model_len_refuses_to_start_like_vllm() {
+    let out = twin(&[
+        "simulate",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "--max-model-len",
+        "131072",
+        "--gpu",
+        "a100-40gb",
+        "-tp",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("max seq len") || err.contains("No available memory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn traces_replay_with_their_own_arrivals() {
+    let dir = std::env::temp_dir().join(format!("twin-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("t.jsonl");
+    let mut body = String::new();
+    for i in 0..50 {
+        body.push_str(&format!("{{\"timestamp\": {}, \"input_length\": 700, \"output_length\": 20, \"hash_ids\": [0, {}]}}\n", i * 200, i + 1));
+    }
+    std::fs::write(&p, body).unwrap();
+    let r = json_report(&["--workload", p.to_str().unwrap()]);
+    assert_eq!(r["num_finished"], 50);
+    // Every request shares its first 512-token block: the prefix cache must see it.
+    assert!(r["prefix_cache_hit_rate"].as_f64().unwrap() > 0.5, "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
