@@ -43,7 +43,7 @@ impl Progress {
 
     fn tick(&mut self) {
         self.done += 1;
-        if self.done % 256 == 0 && self.started.elapsed().as_secs_f64() > 1.0 {
+        if self.done.is_multiple_of(256) && self.started.elapsed().as_secs_f64() > 1.0 {
             self.bar.set_position(self.done);
         }
     }
