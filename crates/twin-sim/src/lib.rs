@@ -5,6 +5,7 @@
 pub mod charts;
 pub mod driver;
 pub mod engine_args;
+pub mod experiment;
 pub mod observe;
 pub mod quantiles;
 pub mod report;

@@ -76,6 +76,7 @@ pub struct ReportBuilder {
     kv_usage_max: f64,
     running_max: usize,
     waiting_max: usize,
+    waiting_sum: f64,
     gpu_busy_s: f64,
     first_arrival_s: Option<f64>,
     last_event_s: f64,
@@ -180,6 +181,7 @@ impl Observer for ReportBuilder {
             self.running_max = self.running_max.max(st.num_running_reqs);
             let waiting = st.num_waiting_reqs + st.num_skipped_waiting_reqs;
             self.waiting_max = self.waiting_max.max(waiting);
+            self.waiting_sum += waiting as f64;
             self.prefix_queries += st.prefix_cache_stats.queries;
             self.prefix_hits += st.prefix_cache_stats.hits;
             row.kv_cache_usage_mean += st.kv_cache_usage;
@@ -243,6 +245,8 @@ pub struct Report {
     pub kv_cache_usage_peak: f64,
     pub num_running_peak: usize,
     pub num_waiting_peak: usize,
+    /// Mean over steps that reported stats.
+    pub num_waiting_mean: f64,
     pub prefix_cache_hit_rate: f64,
     pub num_steps: u64,
     pub mean_tokens_per_step: f64,
@@ -317,6 +321,7 @@ impl ReportBuilder {
             kv_cache_usage_peak: self.kv_usage_max,
             num_running_peak: self.running_max,
             num_waiting_peak: self.waiting_max,
+            num_waiting_mean: self.waiting_sum / stat_count,
             prefix_cache_hit_rate: if self.prefix_queries > 0 {
                 self.prefix_hits as f64 / self.prefix_queries as f64
             } else {

@@ -33,6 +33,11 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Experiments over the twin.
+    Experiment {
+        #[command(subcommand)]
+        command: ExperimentCommand,
+    },
     /// List the models the twin knows (any config.json works via --model-config).
     Models,
     /// List the GPUs the twin knows.
@@ -41,6 +46,19 @@ enum Command {
     Conformance {
         #[command(subcommand)]
         command: ConformanceCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ExperimentCommand {
+    /// Run each row of the seed article's parameter→metric table as an A/B simulation.
+    SeedTable {
+        /// Fewer requests per run (faster, noisier).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -64,6 +82,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate { args } => simulate::run(&args),
         Command::Models => list_models(),
+        Command::Experiment { command } => match command {
+            ExperimentCommand::SeedTable { quick, json } => seed_table(quick, json),
+        },
         Command::Gpus => list_gpus(),
         Command::Conformance { command } => match command {
             ConformanceCommand::Run { scenarios, out_dir } => {
@@ -81,6 +102,16 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn seed_table(quick: bool, json: bool) -> Result<ExitCode> {
+    let results = twin_sim::experiment::seed_table(quick)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", twin_sim::experiment::render(&results));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn list_models() -> Result<ExitCode> {
