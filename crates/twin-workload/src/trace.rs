@@ -48,6 +48,8 @@ pub enum TraceFormat {
     Mooncake,
     Azure,
     BurstGpt,
+    /// Vidur's request list: `request_id,arrived_at,num_prefill_tokens,num_decode_tokens`.
+    Vidur,
 }
 
 impl TraceFormat {
@@ -64,6 +66,8 @@ impl TraceFormat {
             Some(TraceFormat::Azure)
         } else if l.starts_with("Timestamp,Model,Request tokens") {
             Some(TraceFormat::BurstGpt)
+        } else if l.starts_with("request_id,arrived_at,num_prefill_tokens,num_decode_tokens") {
+            Some(TraceFormat::Vidur)
         } else {
             None
         }
@@ -108,11 +112,15 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Vec<TraceRecord>, WorkloadE
         let rec = match format {
             TraceFormat::Native => Some(native(line).map_err(|m| line_err(file, lineno, m))?),
             TraceFormat::Mooncake => Some(mooncake(line).map_err(|m| line_err(file, lineno, m))?),
-            TraceFormat::Azure | TraceFormat::BurstGpt
-                if i == 0 || line.starts_with("TIMESTAMP") || line.starts_with("Timestamp") =>
+            TraceFormat::Azure | TraceFormat::BurstGpt | TraceFormat::Vidur
+                if i == 0
+                    || line.starts_with("TIMESTAMP")
+                    || line.starts_with("Timestamp")
+                    || line.starts_with("request_id") =>
             {
                 None
             }
+            TraceFormat::Vidur => Some(vidur(line).map_err(|m| line_err(file, lineno, m))?),
             TraceFormat::Azure => Some(azure(line).map_err(|m| line_err(file, lineno, m))?),
             TraceFormat::BurstGpt => Some(burstgpt(line).map_err(|m| line_err(file, lineno, m))?),
         };
@@ -315,6 +323,23 @@ fn burstgpt(line: &str) -> Result<TraceRecord, String> {
         arrival_time_s: ts,
         input_len: csv_usize(&cols, 2, "Request tokens")?.max(1),
         output_len: csv_usize(&cols, 3, "Response tokens")?.max(1),
+        content: TraceContent::Unique,
+    })
+}
+
+fn vidur(line: &str) -> Result<TraceRecord, String> {
+    let cols: Vec<&str> = line.split(',').collect();
+    if cols.len() != 4 {
+        return Err(format!("expected 4 columns (request_id,arrived_at,num_prefill_tokens,num_decode_tokens), got {}", cols.len()));
+    }
+    let t: f64 = cols[1].trim().parse().map_err(|_| format!("column \"arrived_at\" is not a number: {:?}", cols[1]))?;
+    if !(t.is_finite() && t >= 0.0) {
+        return Err(format!("column \"arrived_at\" must be a non-negative time, got {t}"));
+    }
+    Ok(TraceRecord {
+        arrival_time_s: t,
+        input_len: csv_usize(&cols, 2, "num_prefill_tokens")?.max(1),
+        output_len: csv_usize(&cols, 3, "num_decode_tokens")?.max(1),
         content: TraceContent::Unique,
     })
 }
