@@ -38,6 +38,20 @@ enum Command {
         #[command(subcommand)]
         command: ExperimentCommand,
     },
+    /// An OpenAI-compatible server backed by the twin in real time, with vLLM's /metrics.
+    ///
+    /// Usage: vllm-twin serve [MODEL] [vllm serve flags] [--time-scale X] ...
+    #[command(disable_help_flag = true)]
+    Serve {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Load generator measuring TTFT / ITL / E2E client-side, like `vllm bench serve`.
+    #[command(disable_help_flag = true)]
+    BenchServe {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// List the models the twin knows (any config.json works via --model-config).
     Models,
     /// List the GPUs the twin knows.
@@ -81,6 +95,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate { args } => simulate::run(&args),
+        Command::Serve { args } => Ok(twin_server::cli::serve_main(&args)),
+        Command::BenchServe { args } => Ok(twin_server::cli::bench_serve_main(&args)),
         Command::Models => list_models(),
         Command::Experiment { command } => match command {
             ExperimentCommand::SeedTable { quick, json } => seed_table(quick, json),
