@@ -1,0 +1,408 @@
+//! Plain input records for [`crate::MetricsRecorder`], shaped like the stats
+//! objects vLLM hands `PrometheusStatLogger.record()`
+//! (`vllm/v1/metrics/stats.py`, `vllm/v1/spec_decode/metrics.py`,
+//! `vllm/v1/metrics/perf.py`).
+//!
+//! Field names carry units (`_s` for seconds, `_frac` for 0–1 fractions);
+//! serde renames map them onto vLLM's attribute names, so the golden
+//! `inputs.json` files deserialize into these types unchanged. Every field
+//! has a default, so a producer sets only what it knows.
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Why a request finished (`vllm.v1.engine.FinishReason`, in enum order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Abort,
+    Error,
+    Repetition,
+}
+
+impl FinishReason {
+    /// Enum order: the order of the pre-created `request_success` children.
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::Abort,
+        FinishReason::Error,
+        FinishReason::Repetition,
+    ];
+
+    /// `str(FinishReason.X)`: the `finished_reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+            FinishReason::Error => "error",
+            FinishReason::Repetition => "repetition",
+        }
+    }
+}
+
+/// Cache tier that supplied prefix-cache hit tokens (`CacheHitSource`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheHitSource {
+    Device,
+    Host,
+    P2p,
+    Disk,
+    ExternalUnspecified,
+}
+
+impl CacheHitSource {
+    /// Enum order: the order of the pre-created children.
+    pub const ALL: [CacheHitSource; 5] = [
+        CacheHitSource::Device,
+        CacheHitSource::Host,
+        CacheHitSource::P2p,
+        CacheHitSource::Disk,
+        CacheHitSource::ExternalUnspecified,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheHitSource::Device => "device",
+            CacheHitSource::Host => "host",
+            CacheHitSource::P2p => "p2p",
+            CacheHitSource::Disk => "disk",
+            CacheHitSource::ExternalUnspecified => "external_unspecified",
+        }
+    }
+}
+
+/// Async KV-load stage of a waiting request (`KV_FETCH_STAGES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvFetchStage {
+    WaitingToStart,
+    InProgress,
+    CompletedWaiting,
+}
+
+impl KvFetchStage {
+    pub const ALL: [KvFetchStage; 3] = [
+        KvFetchStage::WaitingToStart,
+        KvFetchStage::InProgress,
+        KvFetchStage::CompletedWaiting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvFetchStage::WaitingToStart => "waiting_to_start",
+            KvFetchStage::InProgress => "in_progress",
+            KvFetchStage::CompletedWaiting => "completed_waiting",
+        }
+    }
+}
+
+/// Queue limit that rejected an admission (`ADMISSION_REASONS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdmissionReason {
+    MaxNumQueuedReqs,
+    MaxNumQueuedTokens,
+}
+
+impl AdmissionReason {
+    pub const ALL: [AdmissionReason; 2] = [
+        AdmissionReason::MaxNumQueuedReqs,
+        AdmissionReason::MaxNumQueuedTokens,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdmissionReason::MaxNumQueuedReqs => "max_num_queued_reqs",
+            AdmissionReason::MaxNumQueuedTokens => "max_num_queued_tokens",
+        }
+    }
+}
+
+/// Prefix-cache lookups of one step (`PrefixCacheStats`). The scheduler
+/// records one entry per admission; re-admissions after preemption go to
+/// the `preempted_*` fields, which vLLM does not export.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PrefixCacheStats {
+    pub reset: bool,
+    pub requests: u64,
+    /// Queried tokens.
+    pub queries: u64,
+    /// Hit tokens.
+    pub hits: u64,
+    pub preempted_requests: u64,
+    pub preempted_queries: u64,
+    pub preempted_hits: u64,
+    /// Connector stats only: hit tokens per tier.
+    pub hits_by_source: BTreeMap<CacheHitSource, u64>,
+}
+
+/// Multi-modal processor cache stats (`MultiModalCacheStats`), in items.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MultiModalCacheStats {
+    pub reset: bool,
+    pub requests: u64,
+    pub queries: u64,
+    pub hits: u64,
+}
+
+/// One sampled KV-block eviction (`KVCacheEvictionEvent`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KvCacheEvictionEvent {
+    #[serde(rename = "lifetime_seconds")]
+    pub lifetime_s: f64,
+    #[serde(rename = "idle_seconds")]
+    pub idle_s: f64,
+    #[serde(rename = "reuse_gaps_seconds")]
+    pub reuse_gaps_s: Vec<f64>,
+}
+
+/// Speculative-decoding counts of one step (`SpecDecodingStats`).
+///
+/// Deserializes from vLLM's attribute form or from the golden generator's
+/// `{num_spec_tokens, drafts: [[drafted, accepted], …]}` form, which is
+/// replayed through [`SpecDecodingStats::observe_draft`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SpecDecodingStats {
+    pub num_spec_tokens: usize,
+    pub num_drafts: u64,
+    pub num_draft_tokens: u64,
+    pub num_accepted_tokens: u64,
+    pub num_accepted_tokens_per_pos: Vec<u64>,
+    pub num_draft_tokens_per_pos: Vec<u64>,
+}
+
+impl SpecDecodingStats {
+    /// Empty stats for `k` speculative tokens.
+    // vLLM: spec_decode/metrics.py SpecDecodingStats.new()
+    pub fn new(num_spec_tokens: usize) -> Self {
+        Self {
+            num_spec_tokens,
+            num_accepted_tokens_per_pos: vec![0; num_spec_tokens],
+            num_draft_tokens_per_pos: vec![0; num_spec_tokens],
+            ..Self::default()
+        }
+    }
+
+    /// One request's verify step: `drafted` tokens proposed, the first
+    /// `accepted` of them accepted. Positions beyond `k` are ignored rather
+    /// than asserted, so bad input cannot panic.
+    // vLLM: spec_decode/metrics.py SpecDecodingStats.observe_draft()
+    pub fn observe_draft(&mut self, drafted: usize, accepted: usize) {
+        self.num_drafts += 1;
+        self.num_draft_tokens += drafted as u64;
+        self.num_accepted_tokens += accepted as u64;
+        for slot in self.num_accepted_tokens_per_pos.iter_mut().take(accepted) {
+            *slot += 1;
+        }
+        for slot in self.num_draft_tokens_per_pos.iter_mut().take(drafted) {
+            *slot += 1;
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct SpecDecodingStatsAttrs {
+    #[serde(default)]
+    num_spec_tokens: usize,
+    #[serde(default)]
+    num_drafts: u64,
+    #[serde(default)]
+    num_draft_tokens: u64,
+    #[serde(default)]
+    num_accepted_tokens: u64,
+    #[serde(default)]
+    num_accepted_tokens_per_pos: Vec<u64>,
+    #[serde(default)]
+    num_draft_tokens_per_pos: Vec<u64>,
+    /// Golden form: replay these through `observe_draft`.
+    #[serde(default)]
+    drafts: Option<Vec<(usize, usize)>>,
+}
+
+impl<'de> Deserialize<'de> for SpecDecodingStats {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let a = SpecDecodingStatsAttrs::deserialize(d)?;
+        if let Some(drafts) = a.drafts {
+            let mut s = SpecDecodingStats::new(a.num_spec_tokens);
+            for (drafted, accepted) in drafts {
+                s.observe_draft(drafted, accepted);
+            }
+            return Ok(s);
+        }
+        Ok(SpecDecodingStats {
+            num_spec_tokens: a.num_spec_tokens,
+            num_drafts: a.num_drafts,
+            num_draft_tokens: a.num_draft_tokens,
+            num_accepted_tokens: a.num_accepted_tokens,
+            num_accepted_tokens_per_pos: a.num_accepted_tokens_per_pos,
+            num_draft_tokens_per_pos: a.num_draft_tokens_per_pos,
+        })
+    }
+}
+
+/// Estimated work of one step (`PerfStats`, `--enable-mfu-metrics`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PerfStats {
+    pub num_flops_per_gpu: u64,
+    pub num_read_bytes_per_gpu: u64,
+    pub num_write_bytes_per_gpu: u64,
+}
+
+/// Engine-core snapshot of one step (`SchedulerStats`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SchedulerStats {
+    pub num_running_reqs: u64,
+    /// Waiting for capacity (all waiting queues minus the deferred ones).
+    pub num_waiting_reqs: u64,
+    /// Deferred by a transient constraint (LoRA budget, KV transfer, …).
+    pub num_skipped_waiting_reqs: u64,
+    /// `1 − free/(num_gpu_blocks−1)`, 0–1.
+    #[serde(rename = "kv_cache_usage")]
+    pub kv_cache_usage_frac: f64,
+    pub prefix_cache_stats: PrefixCacheStats,
+    pub connector_prefix_cache_stats: Option<PrefixCacheStats>,
+    pub kv_cache_eviction_events: Vec<KvCacheEvictionEvent>,
+    pub spec_decoding_stats: Option<SpecDecodingStats>,
+    pub perf_stats: Option<PerfStats>,
+    pub num_kv_fetch_reqs_by_stage: BTreeMap<KvFetchStage, u64>,
+    /// Adapter names in the engine's order (a dict in vLLM; its keys are
+    /// comma-joined into a label, so order matters).
+    #[serde(deserialize_with = "ordered_keys")]
+    pub waiting_lora_adapters: Vec<String>,
+    #[serde(deserialize_with = "ordered_keys")]
+    pub running_lora_adapters: Vec<String>,
+}
+
+/// Counts of prompt tokens by where their KV came from (`PromptTokenStats`),
+/// summed over requests whose first output is in this batch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PromptTokenStats {
+    /// Prefilled locally (actual compute).
+    pub computed: u64,
+    pub local_cache_hit: u64,
+    pub external_kv_transfer: u64,
+    /// `local_cache_hit + external_kv_transfer`.
+    pub cached_tokens: u64,
+    /// Full prompt lengths, cached included.
+    pub total: u64,
+}
+
+/// One finished sequence (`FinishedRequestStats`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FinishedRequestStats {
+    pub finish_reason: FinishReason,
+    pub request_id: Option<String>,
+    #[serde(rename = "e2e_latency")]
+    pub e2e_latency_s: f64,
+    pub num_prompt_tokens: i64,
+    pub num_preemptions: u64,
+    pub num_generation_tokens: u64,
+    /// The request's `max_tokens`; `None` or 0 is not observed.
+    pub max_tokens_param: Option<u64>,
+    #[serde(rename = "queued_time")]
+    pub queued_time_s: f64,
+    #[serde(rename = "prefill_time")]
+    pub prefill_time_s: f64,
+    #[serde(rename = "inference_time")]
+    pub inference_time_s: f64,
+    #[serde(rename = "decode_time")]
+    pub decode_time_s: f64,
+    /// TPOT: `decode_time / (num_generation_tokens − 1)`, 0 for one token.
+    #[serde(rename = "mean_time_per_output_token")]
+    pub mean_time_per_output_token_s: f64,
+    pub is_corrupted: bool,
+    /// Local + external prefix hits at first admission (may be −1: unknown).
+    pub num_cached_tokens: i64,
+}
+
+impl Default for FinishedRequestStats {
+    fn default() -> Self {
+        Self {
+            finish_reason: FinishReason::Stop,
+            request_id: None,
+            e2e_latency_s: 0.0,
+            num_prompt_tokens: 0,
+            num_preemptions: 0,
+            num_generation_tokens: 0,
+            max_tokens_param: None,
+            queued_time_s: 0.0,
+            prefill_time_s: 0.0,
+            inference_time_s: 0.0,
+            decode_time_s: 0.0,
+            mean_time_per_output_token_s: 0.0,
+            is_corrupted: false,
+            num_cached_tokens: 0,
+        }
+    }
+}
+
+/// Frontend stats of one engine-output batch (`IterationStats`). vLLM makes
+/// one only when the batch holds at least one request output.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IterationStats {
+    /// Σ new tokens over the batch's outputs.
+    pub num_generation_tokens: u64,
+    pub prompt_token_stats: PromptTokenStats,
+    /// PREEMPTED events shipped with this batch's outputs.
+    pub num_preempted_reqs: u64,
+    pub finished_requests: Vec<FinishedRequestStats>,
+    /// Per finished parent: max generation tokens over its n children.
+    pub max_num_generation_tokens_iter: Vec<u64>,
+    /// Per finished parent: its `n`.
+    pub n_params_iter: Vec<u64>,
+    #[serde(rename = "time_to_first_tokens_iter")]
+    pub time_to_first_tokens_iter_s: Vec<f64>,
+    #[serde(rename = "inter_token_latencies_iter")]
+    pub inter_token_latencies_iter_s: Vec<f64>,
+    pub num_corrupted_reqs: u64,
+    pub num_watermarked_reqs: u64,
+    pub num_watermark_skipped_reqs: u64,
+    pub num_not_watermarked_reqs: u64,
+}
+
+/// Accept a JSON object (keys in document order) or a list of names.
+fn ordered_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct KeysVisitor;
+    impl<'de> Visitor<'de> for KeysVisitor {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of adapter names, a list of names, or null")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut keys = Vec::new();
+            while let Some((k, _)) = map.next_entry::<String, de::IgnoredAny>()? {
+                keys.push(k);
+            }
+            Ok(keys)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut keys = Vec::new();
+            while let Some(k) = seq.next_element::<String>()? {
+                keys.push(k);
+            }
+            Ok(keys)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+    }
+    d.deserialize_any(KeysVisitor)
+}
