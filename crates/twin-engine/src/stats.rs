@@ -35,12 +35,14 @@ pub struct SpecDecodingStats {
     pub num_draft_tokens: u64,
     pub num_accepted_tokens: u64,
     pub num_accepted_tokens_per_pos: Vec<u64>,
+    pub num_draft_tokens_per_pos: Vec<u64>,
 }
 
 impl SpecDecodingStats {
     pub fn new(num_spec_tokens: usize) -> Self {
         SpecDecodingStats {
             num_accepted_tokens_per_pos: vec![0; num_spec_tokens],
+            num_draft_tokens_per_pos: vec![0; num_spec_tokens],
             ..Default::default()
         }
     }
@@ -54,6 +56,13 @@ impl SpecDecodingStats {
             .num_accepted_tokens_per_pos
             .iter_mut()
             .take(num_accepted_tokens)
+        {
+            *pos += 1;
+        }
+        for pos in self
+            .num_draft_tokens_per_pos
+            .iter_mut()
+            .take(num_draft_tokens)
         {
             *pos += 1;
         }

@@ -371,7 +371,10 @@ fn step_engine(
                     EngineCoreEventType::Scheduled => {
                         tr.times.scheduled_s.get_or_insert(ev.timestamp_s);
                     }
-                    EngineCoreEventType::Preempted => tr.times.num_preemptions += 1,
+                    EngineCoreEventType::Preempted => {
+                        tr.times.num_preemptions += 1;
+                        sample.num_preempted_events += 1;
+                    }
                 }
             }
             if let Some(ps) = o.prefill_stats {

@@ -273,6 +273,9 @@ pub fn render(results: &[ClaimResult]) -> String {
         ));
     }
     let n = results.iter().filter(|r| r.agrees).count();
-    s.push_str(&format!("\n{n}/{} claims agree with the seed\n", results.len()));
+    s.push_str(&format!(
+        "\n{n}/{} claims agree with the seed\n",
+        results.len()
+    ));
     s
 }

@@ -6,6 +6,7 @@ pub mod charts;
 pub mod driver;
 pub mod engine_args;
 pub mod experiment;
+pub mod metrics_bridge;
 pub mod observe;
 pub mod quantiles;
 pub mod report;

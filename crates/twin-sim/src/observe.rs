@@ -19,6 +19,8 @@ pub struct StepSample {
     pub num_preempted: usize,
     pub at_token_budget: bool,
     pub num_outputs: usize,
+    /// PREEMPTED events shipped with this batch's outputs (vLLM counts preemptions here).
+    pub num_preempted_events: usize,
     /// Tokens the applied batch generated (after stop trimming).
     pub num_generated_tokens: usize,
     pub cost: Option<StepCost>,

@@ -14,20 +14,53 @@ fn find<'a>(rs: &'a [ClaimResult], flag: &str, change: &str, metric: &str) -> &'
 fn certain_rows_agree_with_the_seed() {
     let rs = seed_table(true).expect("experiments run");
     let certain = [
-        ("--kv-cache-dtype", "auto -> fp8", "vllm:kv_cache_usage_perc"),
-        ("--kv-cache-dtype", "auto -> fp8", "rate(vllm:generation_tokens_total)"),
-        ("--max-num-batched-tokens", "8192 -> 2048", "vllm:inter_token_latency_seconds (p99)"),
-        ("--max-num-batched-tokens", "2048 -> 8192", "vllm:iteration_tokens_total"),
+        (
+            "--kv-cache-dtype",
+            "auto -> fp8",
+            "vllm:kv_cache_usage_perc",
+        ),
+        (
+            "--kv-cache-dtype",
+            "auto -> fp8",
+            "rate(vllm:generation_tokens_total)",
+        ),
+        (
+            "--max-num-batched-tokens",
+            "8192 -> 2048",
+            "vllm:inter_token_latency_seconds (p99)",
+        ),
+        (
+            "--max-num-batched-tokens",
+            "2048 -> 8192",
+            "vllm:iteration_tokens_total",
+        ),
         ("--max-num-seqs", "64 -> 256", "vllm:num_requests_running"),
-        ("--max-num-active-seqs", "256 -> 96", "vllm:request_queue_time_seconds"),
-        ("--long-prefill-token-threshold", "0 -> 512", "vllm:time_to_first_token_seconds (p99, short"),
+        (
+            "--max-num-active-seqs",
+            "256 -> 96",
+            "vllm:request_queue_time_seconds",
+        ),
+        (
+            "--long-prefill-token-threshold",
+            "0 -> 512",
+            "vllm:time_to_first_token_seconds (p99, short",
+        ),
     ];
     for (flag, change, metric) in certain {
         let r = find(&rs, flag, change, metric);
-        assert!(r.agrees, "{flag} {change} {metric}: A={} B={} measured {:?}, seed {:?}", r.a, r.b, r.measured, r.seed_says);
+        assert!(
+            r.agrees,
+            "{flag} {change} {metric}: A={} B={} measured {:?}, seed {:?}",
+            r.a, r.b, r.measured, r.seed_says
+        );
     }
     // The cap removes preemption entirely when the admitted set fits the pool.
-    let r = find(&rs, "--max-num-active-seqs", "256 -> 96", "vllm:num_preemptions_total");
+    let r = find(
+        &rs,
+        "--max-num-active-seqs",
+        "256 -> 96",
+        "vllm:num_preemptions_total",
+    );
     assert_eq!(r.measured, Direction::ToZero, "A={} B={}", r.a, r.b);
 }
 
@@ -37,7 +70,10 @@ fn fp8_kv_cache_gives_twice_the_blocks() {
         let mut args: Vec<String> = vec!["--num-requests".into(), "1".into()];
         args.extend(extra.iter().map(|s| s.to_string()));
         let a = parse_simulate_args(&args, &|_| Err(String::new())).expect("args");
-        twin_sim::startup(&a.config).expect("starts").scheduler.num_gpu_blocks as f64
+        twin_sim::startup(&a.config)
+            .expect("starts")
+            .scheduler
+            .num_gpu_blocks as f64
     };
     let (auto, fp8) = (blocks(&[]), blocks(&["--kv-cache-dtype", "fp8"]));
     assert!((fp8 / auto - 2.0).abs() < 0.02, "auto {auto} fp8 {fp8}");

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use twin_sim::driver::RequestTimes;
 use twin_sim::engine_args::{parse_simulate_args, twin_flags_help};
+use twin_sim::metrics_bridge::MetricsObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample, Tee};
 use twin_sim::{ReportBuilder, SimError};
 use twin_workload::RequestSpec;
@@ -118,9 +119,27 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     let mut builder = ReportBuilder::new(sim.slo);
     let total = sim.config.workload.num_requests as u64;
     let mut progress = Progress::new(total, !sim.quiet && std::io::stderr().is_terminal());
+    let want_metrics = sim.metrics_out.is_some() || sim.scrapes_out.is_some();
+    if sim.scrapes_out.is_some() != sim.scrape_interval_s.is_some() {
+        eprintln!("error: --scrapes-out and --scrape-interval go together");
+        return Ok(ExitCode::from(2));
+    }
+    let mut metrics = want_metrics.then(|| {
+        MetricsObserver::new(
+            &startup,
+            &sim.served_model_name,
+            sim.config.data_parallel_size,
+            sim.kv_cache_metrics,
+            sim.scrape_interval_s,
+        )
+    });
     let t0 = Instant::now();
     {
-        let mut tee = Tee(vec![&mut builder, &mut progress]);
+        let mut observers: Vec<&mut dyn Observer> = vec![&mut builder, &mut progress];
+        if let Some(m) = metrics.as_mut() {
+            observers.push(m);
+        }
+        let mut tee = Tee(observers);
         twin_sim::run(&sim.config, &startup, &mut tee).context("simulation")?;
     }
     progress.bar.finish_and_clear();
@@ -134,6 +153,19 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             "\n(simulated {:.1} s of traffic in {:.2} s of wall time)",
             report.duration_s, wall_s
         );
+    }
+    if let Some(m) = metrics.as_mut() {
+        if let Some(p) = &sim.metrics_out {
+            fs::write(p, m.recorder().encode_text())
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        if let Some(p) = &sim.scrapes_out {
+            let body = m.scrapes_openmetrics(report.duration_s);
+            fs::write(p, body).with_context(|| format!("writing {}", p.display()))?;
+            if text_out {
+                println!("wrote {} scrapes to {}", m.num_scrapes(), p.display());
+            }
+        }
     }
     if let Some(dir) = &sim.out_dir {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -302,9 +302,8 @@ impl Scheduler {
             let computed_before = r.num_computed_tokens;
             let spec_start = out.spec_token_ids.len();
             if !r.spec_token_ids.is_empty() {
-                let k = n as i64 + computed
-                    - r.num_tokens() as i64
-                    - r.num_output_placeholders as i64;
+                let k =
+                    n as i64 + computed - r.num_tokens() as i64 - r.num_output_placeholders as i64;
                 if k > 0 {
                     let take = (k as usize).min(r.spec_token_ids.len());
                     out.spec_token_ids

@@ -1,0 +1,214 @@
+//! The frontend's side of vLLM's metrics: turns the driver's events into the
+//! `SchedulerStats` / `IterationStats` that `PrometheusStatLogger.record()` takes, and
+//! keeps a [`MetricsRecorder`] (optionally taking Prometheus-style scrapes in sim time).
+//! vLLM: `v1/engine/output_processor.py` + `v1/metrics/stats.py IterationStats`.
+
+use twin_engine::FinishReason;
+use twin_metrics::stats as ms;
+use twin_metrics::{CacheConfigInfo, MetricsConfig, MetricsRecorder, OpenMetricsTimeline};
+
+use crate::driver::{RequestTimes, Startup};
+use crate::observe::{FinishedRequest, Observer, StepSample};
+
+/// Simulated time 0 on the wall clock of the scrapes (2026-01-01T00:00:00Z).
+pub const SIM_EPOCH_UNIX_S: f64 = 1_767_225_600.0;
+
+pub struct MetricsObserver {
+    recorder: MetricsRecorder,
+    pending: Vec<ms::IterationStats>,
+    has_outputs: Vec<bool>,
+    scrape_interval_s: Option<f64>,
+    next_scrape_s: f64,
+    timeline: OpenMetricsTimeline,
+    num_scrapes: usize,
+}
+
+fn finish_reason(r: FinishReason) -> ms::FinishReason {
+    match r {
+        FinishReason::Stop => ms::FinishReason::Stop,
+        FinishReason::Length => ms::FinishReason::Length,
+        FinishReason::Abort => ms::FinishReason::Abort,
+        FinishReason::Error => ms::FinishReason::Error,
+        FinishReason::Repetition => ms::FinishReason::Repetition,
+    }
+}
+
+impl MetricsObserver {
+    /// `vllm:cache_config_info` and bucket edges follow the started engine(s).
+    pub fn new(
+        startup: &Startup,
+        served_model_name: &str,
+        num_engines: usize,
+        kv_cache_metrics: bool,
+        scrape_interval_s: Option<f64>,
+    ) -> Self {
+        let s = &startup.scheduler;
+        let mut cache_config = CacheConfigInfo::after_handshake(
+            (s.num_gpu_blocks * num_engines) as u64,
+            s.block_size as u64,
+            startup.plan.kv_cache_tokens,
+            s.max_model_len as u64,
+        );
+        cache_config.enable_prefix_caching = s.enable_prefix_caching;
+        cache_config.gpu_memory_utilization = Some(startup.plan.config.gpu_memory_utilization);
+        cache_config.cache_dtype = startup.plan.config.kv_cache_dtype.name().to_string();
+        let config = MetricsConfig {
+            served_model_name: served_model_name.to_string(),
+            max_model_len: s.max_model_len as u64,
+            engine_indexes: (0..num_engines as u32).collect(),
+            kv_cache_metrics,
+            num_speculative_tokens: (s.num_speculative_tokens > 0)
+                .then_some(s.num_speculative_tokens),
+            cache_config,
+            ..MetricsConfig::default()
+        };
+        let mut recorder = MetricsRecorder::new(config, SIM_EPOCH_UNIX_S);
+        // Only fails when called twice.
+        let _ = recorder.log_engine_initialized();
+        MetricsObserver {
+            recorder,
+            pending: vec![ms::IterationStats::default(); num_engines],
+            has_outputs: vec![false; num_engines],
+            scrape_interval_s,
+            next_scrape_s: 0.0,
+            timeline: OpenMetricsTimeline::new(),
+            num_scrapes: 0,
+        }
+    }
+
+    pub fn recorder(&self) -> &MetricsRecorder {
+        &self.recorder
+    }
+
+    /// Scrapes taken so far, as OpenMetrics with timestamps (`# EOF` terminated).
+    pub fn scrapes_openmetrics(&mut self, end_s: f64) -> String {
+        self.scrape_until(end_s);
+        self.timeline.encode()
+    }
+
+    pub fn num_scrapes(&self) -> usize {
+        self.num_scrapes
+    }
+
+    fn scrape_until(&mut self, t_s: f64) {
+        let Some(every) = self.scrape_interval_s else {
+            return;
+        };
+        while self.next_scrape_s <= t_s {
+            let families = self.recorder.families();
+            self.timeline
+                .push(SIM_EPOCH_UNIX_S + self.next_scrape_s, &families);
+            self.num_scrapes += 1;
+            self.next_scrape_s += every;
+        }
+    }
+}
+
+impl Observer for MetricsObserver {
+    fn on_first_token(
+        &mut self,
+        engine: usize,
+        t: &RequestTimes,
+        frontend_s: f64,
+        num_prompt_tokens: usize,
+    ) {
+        let it = &mut self.pending[engine];
+        self.has_outputs[engine] = true;
+        // vLLM: PromptTokenStats.update_from_output at the request's first output.
+        let cached = t.num_cached_tokens.min(num_prompt_tokens) as u64;
+        let p = &mut it.prompt_token_stats;
+        p.computed += num_prompt_tokens as u64 - cached;
+        p.local_cache_hit += cached;
+        p.cached_tokens += cached;
+        p.total += num_prompt_tokens as u64;
+        it.time_to_first_tokens_iter_s
+            .push(frontend_s - t.arrival_s);
+    }
+
+    fn on_inter_token(&mut self, engine: usize, itl_s: f64, _t_s: f64) {
+        self.has_outputs[engine] = true;
+        self.pending[engine]
+            .inter_token_latencies_iter_s
+            .push(itl_s);
+    }
+
+    fn on_finished(&mut self, engine: usize, r: &FinishedRequest<'_>) {
+        let t = r.times;
+        self.has_outputs[engine] = true;
+        let (sched, first) = (
+            t.scheduled_s.unwrap_or(t.queued_s),
+            t.first_token_s.unwrap_or(t.last_token_s),
+        );
+        let decode = t.last_token_s - first;
+        let n = t.num_generation_tokens as u64;
+        let it = &mut self.pending[engine];
+        // vLLM: IterationStats.update_from_finished_request.
+        it.finished_requests.push(ms::FinishedRequestStats {
+            finish_reason: finish_reason(r.finish_reason),
+            request_id: None,
+            e2e_latency_s: r.e2e_s,
+            num_prompt_tokens: r.num_prompt_tokens as i64,
+            num_preemptions: t.num_preemptions as u64,
+            num_generation_tokens: n,
+            max_tokens_param: Some(r.max_tokens as u64),
+            queued_time_s: sched - t.queued_s,
+            prefill_time_s: first - sched,
+            inference_time_s: t.last_token_s - sched,
+            decode_time_s: decode,
+            mean_time_per_output_token_s: if n > 1 { decode / (n - 1) as f64 } else { 0.0 },
+            is_corrupted: false,
+            num_cached_tokens: t.num_cached_tokens as i64,
+        });
+        it.max_num_generation_tokens_iter.push(n);
+        it.n_params_iter.push(1);
+    }
+
+    fn on_rejected(&mut self, _req: &twin_workload::RequestSpec) {}
+
+    fn on_step(&mut self, engine: usize, s: &StepSample) {
+        let Some(st) = &s.stats else { return };
+        self.scrape_until(s.t_s);
+        let pcs = &st.prefix_cache_stats;
+        let sched = ms::SchedulerStats {
+            num_running_reqs: st.num_running_reqs as u64,
+            num_waiting_reqs: st.num_waiting_reqs as u64,
+            num_skipped_waiting_reqs: st.num_skipped_waiting_reqs as u64,
+            kv_cache_usage_frac: st.kv_cache_usage,
+            prefix_cache_stats: ms::PrefixCacheStats {
+                requests: pcs.requests,
+                queries: pcs.queries,
+                hits: pcs.hits,
+                preempted_requests: pcs.preempted_requests,
+                preempted_queries: pcs.preempted_queries,
+                preempted_hits: pcs.preempted_hits,
+                ..Default::default()
+            },
+            spec_decoding_stats: st
+                .spec_decoding_stats
+                .as_ref()
+                .map(|sd| ms::SpecDecodingStats {
+                    num_spec_tokens: sd.num_accepted_tokens_per_pos.len(),
+                    num_drafts: sd.num_drafts,
+                    num_draft_tokens: sd.num_draft_tokens,
+                    num_accepted_tokens: sd.num_accepted_tokens,
+                    num_accepted_tokens_per_pos: sd.num_accepted_tokens_per_pos.clone(),
+                    num_draft_tokens_per_pos: sd.num_draft_tokens_per_pos.clone(),
+                }),
+            ..Default::default()
+        };
+        // An IterationStats exists only when the batch carried request outputs.
+        let iteration = if self.has_outputs[engine] || s.num_outputs > 0 {
+            let it = &mut self.pending[engine];
+            it.num_generation_tokens = s.num_generated_tokens as u64;
+            it.num_preempted_reqs = s.num_preempted_events as u64;
+            Some(std::mem::take(it))
+        } else {
+            None
+        };
+        self.has_outputs[engine] = false;
+        // Engine indexes are exactly those configured, so this cannot fail.
+        let _ = self
+            .recorder
+            .record(Some(&sched), iteration.as_ref(), None, engine as u32);
+    }
+}

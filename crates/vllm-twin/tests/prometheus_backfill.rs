@@ -1,0 +1,247 @@
+//! A simulated run's scrapes, backfilled into a TSDB with Debian's promtool and served by
+//! Debian's Prometheus (loopback only): the seed's 8 PromQL panels evaluate over its HTTP
+//! API and agree with the twin's own report.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Simulated time 0 of the scrapes (twin_sim::metrics_bridge::SIM_EPOCH_UNIX_S).
+const EPOCH: f64 = 1_767_225_600.0;
+
+fn need(bin: &str) -> PathBuf {
+    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let p = Path::new(dir).join(bin);
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("{bin} not found: install Debian's prometheus package (scripts/test does: apt-get install prometheus)");
+}
+
+struct Killer(Child);
+impl Drop for Killer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn http_get(port: u16, path_and_query: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.").then(|| body.to_string())
+}
+
+fn urlencode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Instant query at `t` (unix seconds); the first sample's value.
+fn query(port: u16, promql: &str, t: f64) -> f64 {
+    let body = http_get(
+        port,
+        &format!("/api/v1/query?query={}&time={t}", urlencode(promql)),
+    )
+    .unwrap_or_else(|| panic!("no answer for {promql}"));
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{promql}: {e}: {body}"));
+    assert_eq!(v["status"], "success", "{promql}: {body}");
+    let r = &v["data"]["result"];
+    let s = r
+        .get(0)
+        .unwrap_or_else(|| panic!("{promql}: empty result {body}"));
+    s["value"][1]
+        .as_str()
+        .expect("value string")
+        .parse()
+        .expect("number")
+}
+
+#[test]
+fn seed_panels_over_a_backfilled_simulation_match_the_report() {
+    let promtool = need("promtool");
+    let prometheus = need("prometheus");
+    let dir = std::env::temp_dir().join(format!("twin-prom-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let scrapes = dir.join("scrapes.om");
+    let out = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+        .args([
+            "simulate",
+            "--num-requests",
+            "2500",
+            "--request-rate",
+            "12",
+            "--seed",
+            "3",
+            "--json",
+            "--quiet",
+            "--scrape-interval",
+            "15s",
+        ])
+        .arg("--scrapes-out")
+        .arg(&scrapes)
+        .output()
+        .expect("simulate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("report json");
+
+    let tsdb = dir.join("tsdb");
+    let st = Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&scrapes)
+        .arg(&tsdb)
+        .stdout(Stdio::null())
+        .status()
+        .expect("promtool");
+    assert!(
+        st.success(),
+        "promtool could not backfill {}",
+        scrapes.display()
+    );
+
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        "global:\n  scrape_interval: 15s\nscrape_configs: []\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(&prometheus)
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!("--storage.tsdb.path={}", tsdb.display()))
+        .arg("--storage.tsdb.retention.time=100y")
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    let _guard = Killer(child);
+    let t0 = Instant::now();
+    while http_get(port, "/-/ready").is_none_or(|b| !b.contains("Ready")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "prometheus did not become ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let duration = report["duration_s"].as_f64().unwrap();
+    // The last scrape at or before the end of the run, and a window covering the whole run.
+    let end = EPOCH + (duration / 15.0).floor() * 15.0;
+    let window = format!("{}s", ((end - EPOCH) as u64).max(30));
+    let panel = |q: &str| {
+        query(
+            port,
+            &q.replace("[5m]", &format!("[{window}]"))
+                .replace("[1m]", &format!("[{window}]")),
+            end,
+        )
+    };
+
+    // 1. TTFT P95 from buckets: within one bucket of the exact P95.
+    let edges = [
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    ];
+    let ttft95 = panel("histogram_quantile(0.95, sum(rate(vllm:time_to_first_token_seconds_bucket[5m])) by (le, model_name))");
+    let exact = report["ttft_s"]["p95"].as_f64().unwrap();
+    let bucket = |x: f64| edges.iter().position(|&e| x <= e).unwrap_or(edges.len());
+    assert!(
+        bucket(ttft95).abs_diff(bucket(exact)) <= 1,
+        "TTFT p95 PromQL {ttft95} vs exact {exact}"
+    );
+    // 2. ITL P95.
+    let itl95 = panel("histogram_quantile(0.95, sum(rate(vllm:inter_token_latency_seconds_bucket[5m])) by (le, model_name))");
+    assert!(itl95 > 0.0 && itl95 < 1.0, "ITL p95 {itl95}");
+    // 3. Queue / prefill / decode means agree with the report's means.
+    for (metric, field) in [
+        ("request_queue_time_seconds", "queue_s"),
+        ("request_prefill_time_seconds", "prefill_s"),
+        ("request_decode_time_seconds", "decode_s"),
+    ] {
+        let q = panel(&format!(
+            "rate(vllm:{metric}_sum[5m]) / rate(vllm:{metric}_count[5m])"
+        ));
+        let r = report[field]["mean"].as_f64().unwrap();
+        assert!(
+            (q - r).abs() <= 0.05 * r.max(1e-3),
+            "{metric}: PromQL {q} vs report {r}"
+        );
+    }
+    // 4. Throughput: generated tokens within 1% of the report (the window ends at the last scrape).
+    let gen_rate = panel("sum(rate(vllm:generation_tokens_total[1m])) by (model_name)");
+    let gen_total = query(port, "sum(vllm:generation_tokens_total)", end);
+    let report_total = report["output_tokens_per_s"].as_f64().unwrap() * duration;
+    assert!(
+        (gen_total - report_total).abs() <= 0.01 * report_total,
+        "generation tokens {gen_total} vs {report_total}"
+    );
+    let expect_rate = gen_total / (end - EPOCH);
+    assert!(
+        (gen_rate - expect_rate).abs() <= 0.01 * expect_rate,
+        "rate {gen_rate} vs {expect_rate}"
+    );
+    let prompt_rate = panel("sum(rate(vllm:prompt_tokens_total[1m])) by (model_name)");
+    assert!(prompt_rate > 0.0);
+    // 5. KV usage and preemptions.
+    let kv = panel("vllm:kv_cache_usage_perc");
+    assert!((0.0..=1.0).contains(&kv));
+    let preempt = panel("rate(vllm:num_preemptions_total[1m])");
+    assert!(preempt >= 0.0);
+    // 6. Prefix hit rate equals the report's (both count at admission).
+    let hit = panel("sum(rate(vllm:prefix_cache_hits_total[5m])) by (model_name) / sum(rate(vllm:prefix_cache_queries_total[5m])) by (model_name)");
+    let rep_hit = report["prefix_cache_hit_rate"].as_f64().unwrap();
+    assert!(
+        (hit - rep_hit).abs() < 0.05,
+        "prefix hit rate {hit} vs {rep_hit}"
+    );
+    // 7. Tokens per step.
+    let tps = panel(
+        "rate(vllm:iteration_tokens_total_sum[5m]) / rate(vllm:iteration_tokens_total_count[5m])",
+    );
+    assert!(tps >= 1.0, "tokens per step {tps}");
+    // 8. Mean input / output lengths.
+    let inp = panel(
+        "rate(vllm:request_prompt_tokens_sum[5m]) / rate(vllm:request_prompt_tokens_count[5m])",
+    );
+    let outp = panel("rate(vllm:request_generation_tokens_sum[5m]) / rate(vllm:request_generation_tokens_count[5m])");
+    let (ri, ro) = (
+        report["prompt_tokens"]["mean"].as_f64().unwrap(),
+        report["output_tokens"]["mean"].as_f64().unwrap(),
+    );
+    assert!((inp - ri).abs() <= 0.05 * ri, "input {inp} vs {ri}");
+    assert!((outp - ro).abs() <= 0.05 * ro, "output {outp} vs {ro}");
+    eprintln!("ttft95 {ttft95} (exact {exact}), itl95 {itl95}, gen {gen_total} vs {report_total}, rate {gen_rate} vs {expect_rate}, hit {hit} vs {rep_hit}, tps {tps}, in {inp} vs {ri}, out {outp} vs {ro}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
