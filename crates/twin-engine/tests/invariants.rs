@@ -7,19 +7,13 @@ use twin_engine::{
     EngineCore, NewRequest, ReqHandle, SamplingParams, SchedulerConfig, SchedulingPolicy,
 };
 
+/// (arrival step, prompt, max_tokens, stop_after, abort_step, priority, cache salt)
+type RequestPlan = (u64, Vec<u32>, usize, Option<usize>, Option<u64>, i64, Option<String>);
+
 #[derive(Clone, Debug)]
 struct Workload {
     config: SchedulerConfig,
-    /// (arrival step, prompt, max_tokens, stop_after, abort_step, priority, salt)
-    requests: Vec<(
-        u64,
-        Vec<u32>,
-        usize,
-        Option<usize>,
-        Option<u64>,
-        i64,
-        Option<String>,
-    )>,
+    requests: Vec<RequestPlan>,
 }
 
 fn config_strategy() -> impl Strategy<Value = SchedulerConfig> {
