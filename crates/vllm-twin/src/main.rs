@@ -52,6 +52,18 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Diagnose a real vLLM from its metrics (a /metrics URL, a Prometheus server, or saved scrapes).
+    #[command(disable_help_flag = true)]
+    Doctor {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The interactive parameter→metric simulator in the browser.
+    #[command(disable_help_flag = true)]
+    Sandbox {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// List the models the twin knows (any config.json works via --model-config).
     Models,
     /// List the GPUs the twin knows.
@@ -97,6 +109,8 @@ fn main() -> ExitCode {
         Command::Simulate { args } => simulate::run(&args),
         Command::Serve { args } => Ok(twin_server::cli::serve_main(&args)),
         Command::BenchServe { args } => Ok(twin_server::cli::bench_serve_main(&args)),
+        Command::Doctor { args } => Ok(twin_doctor::cli::doctor_main(&args)),
+        Command::Sandbox { args } => Ok(twin_sandbox::cli::sandbox_main(&args)),
         Command::Models => list_models(),
         Command::Experiment { command } => match command {
             ExperimentCommand::SeedTable { quick, json } => seed_table(quick, json),
