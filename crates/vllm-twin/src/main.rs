@@ -64,6 +64,40 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Write the monitoring kit: Grafana dashboard, Prometheus rules and tests, HPA/KEDA.
+    Kit {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Emit `vllm_` metric names (for Prometheus setups that store them that way).
+        #[arg(long)]
+        prefer_underscore: bool,
+        /// TTFT P95 SLO in seconds (a vLLM TTFT bucket bound, e.g. 0.5, 1.0, 2.5).
+        #[arg(long)]
+        ttft_slo: Option<f64>,
+        /// ITL P95 SLO in seconds (a vLLM ITL bucket bound, e.g. 0.05, 0.1).
+        #[arg(long)]
+        itl_slo: Option<f64>,
+        /// KV usage warning / critical thresholds (fractions).
+        #[arg(long)]
+        kv_warning: Option<f64>,
+        #[arg(long)]
+        kv_critical: Option<f64>,
+        /// Waiting requests above this (sustained) alert.
+        #[arg(long)]
+        waiting_threshold: Option<f64>,
+        /// The deployment's --max-num-seqs (threshold line on the dashboard).
+        #[arg(long)]
+        max_num_seqs: Option<u32>,
+        /// Kubernetes namespace / deployment for the HPA and KEDA objects.
+        #[arg(long)]
+        namespace: Option<String>,
+        #[arg(long)]
+        deployment: Option<String>,
+        /// All options as JSON (field names of twin_kit::KitOptions; flags above win).
+        #[arg(long)]
+        options: Option<PathBuf>,
+    },
     /// List the models the twin knows (any config.json works via --model-config).
     Models,
     /// List the GPUs the twin knows.
@@ -111,6 +145,58 @@ fn main() -> ExitCode {
         Command::BenchServe { args } => Ok(twin_server::cli::bench_serve_main(&args)),
         Command::Doctor { args } => Ok(twin_doctor::cli::doctor_main(&args)),
         Command::Sandbox { args } => Ok(twin_sandbox::cli::sandbox_main(&args)),
+        Command::Kit {
+            out,
+            prefer_underscore,
+            ttft_slo,
+            itl_slo,
+            kv_warning,
+            kv_critical,
+            waiting_threshold,
+            max_num_seqs,
+            namespace,
+            deployment,
+            options,
+        } => (|| -> Result<ExitCode> {
+            let mut opts = match &options {
+                Some(p) => {
+                    let text = fs::read_to_string(p)
+                        .with_context(|| format!("reading {}", p.display()))?;
+                    serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?
+                }
+                None => twin_kit::KitOptions::default(),
+            };
+            opts.prefer_underscore |= prefer_underscore;
+            if let Some(v) = ttft_slo {
+                opts.ttft_slo_s = v;
+            }
+            if let Some(v) = itl_slo {
+                opts.itl_slo_s = v;
+            }
+            if let Some(v) = kv_warning {
+                opts.kv_warning = v;
+            }
+            if let Some(v) = kv_critical {
+                opts.kv_critical = v;
+            }
+            if let Some(v) = waiting_threshold {
+                opts.waiting_threshold = v;
+            }
+            if let Some(v) = max_num_seqs {
+                opts.max_num_seqs = v;
+            }
+            if let Some(v) = namespace {
+                opts.namespace = v;
+            }
+            if let Some(v) = deployment {
+                opts.deployment = v;
+            }
+            let files = twin_kit::write_kit(&opts, &out).map_err(|e| anyhow::anyhow!("{e}"))?;
+            for f in files {
+                println!("{}", f.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        })(),
         Command::Models => list_models(),
         Command::Experiment { command } => match command {
             ExperimentCommand::SeedTable { quick, json } => seed_table(quick, json),

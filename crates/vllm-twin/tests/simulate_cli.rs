@@ -211,3 +211,26 @@ fn traces_replay_with_their_own_arrivals() {
     assert!(r["prefix_cache_hit_rate"].as_f64().unwrap() > 0.5, "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn kit_writes_every_file_and_rejects_a_bad_slo() {
+    let dir = std::env::temp_dir().join(format!("twin-kit-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = twin(&["kit", "--out", dir.to_str().unwrap(), "--prefer-underscore"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dash = std::fs::read_to_string(dir.join("grafana/vllm-dashboard.json")).expect("dashboard");
+    let v: serde_json::Value = serde_json::from_str(&dash).expect("dashboard is JSON");
+    assert!(v["panels"].as_array().is_some_and(|p| p.len() > 10));
+    assert!(
+        dash.contains("vllm_kv_cache_usage_perc"),
+        "--prefer-underscore spells vllm_"
+    );
+    let bad = twin(&["kit", "--out", dir.to_str().unwrap(), "--ttft-slo", "0.7"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("ttft_slo_s"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
