@@ -4,6 +4,7 @@
 //! vLLM: `v1/engine/output_processor.py` + `v1/metrics/stats.py IterationStats`.
 
 use twin_engine::FinishReason;
+use twin_metrics::dcgm::{dcgm_families, DcgmGpu, DcgmSample};
 use twin_metrics::stats as ms;
 use twin_metrics::{CacheConfigInfo, MetricsConfig, MetricsRecorder, OpenMetricsTimeline};
 
@@ -21,6 +22,19 @@ pub struct MetricsObserver {
     next_scrape_s: f64,
     timeline: OpenMetricsTimeline,
     num_scrapes: usize,
+    dcgm: DcgmState,
+}
+
+/// Busy-time-weighted GPU activity per engine since the last scrape (dcgm-exporter reads
+/// averages over its sampling interval).
+struct DcgmState {
+    gpus_per_engine: usize,
+    gpus: Vec<DcgmGpu>,
+    idle_watts: f64,
+    fb_used_mib: u64,
+    fb_free_mib: u64,
+    /// Per engine: (busy s, Σ sm·dur, Σ tensor·dur, Σ dram·dur, Σ power·dur).
+    acc: Vec<[f64; 5]>,
 }
 
 fn finish_reason(r: FinishReason) -> ms::FinishReason {
@@ -62,6 +76,27 @@ impl MetricsObserver {
             cache_config,
             ..MetricsConfig::default()
         };
+        let gpu = twin_cost::gpu::lookup(startup.plan.gpu_key).ok();
+        let gpus_per_engine = (startup.plan.config.tensor_parallel_size
+            * startup.plan.config.pipeline_parallel_size)
+            .max(1) as usize;
+        let mib = |b: u64| b / (1024 * 1024);
+        let total = gpu.map_or(0, |g| g.memory_bytes);
+        let used = startup.plan.requested_memory_bytes.min(total);
+        let dcgm = DcgmState {
+            gpus_per_engine,
+            gpus: (0..(gpus_per_engine * num_engines) as u32)
+                .map(|index| DcgmGpu {
+                    index,
+                    model_name: gpu.map_or("unknown", |g| g.device_name).to_string(),
+                    hostname: "vllm-twin".into(),
+                })
+                .collect(),
+            idle_watts: gpu.map_or(0.0, |g| g.idle_watts),
+            fb_used_mib: mib(used),
+            fb_free_mib: mib(total - used),
+            acc: vec![[0.0; 5]; num_engines],
+        };
         let mut recorder = MetricsRecorder::new(config, SIM_EPOCH_UNIX_S);
         // Only fails when called twice.
         let _ = recorder.log_engine_initialized();
@@ -73,6 +108,7 @@ impl MetricsObserver {
             next_scrape_s: 0.0,
             timeline: OpenMetricsTimeline::new(),
             num_scrapes: 0,
+            dcgm,
         }
     }
 
@@ -80,9 +116,21 @@ impl MetricsObserver {
         &self.recorder
     }
 
-    /// Scrapes taken so far, as OpenMetrics with timestamps (`# EOF` terminated).
+    /// Scrapes taken so far plus a final one at `end_s` (the run's last output), as
+    /// OpenMetrics with timestamps (`# EOF` terminated).
     pub fn scrapes_openmetrics(&mut self, end_s: f64) -> String {
         self.scrape_until(end_s);
+        if let Some(every) = self.scrape_interval_s {
+            let last = self.next_scrape_s - every;
+            if end_s > last + 1e-3 {
+                let window = end_s - last;
+                let mut families = self.recorder.families();
+                families.extend(self.dcgm.take_families(window));
+                self.timeline.push(SIM_EPOCH_UNIX_S + end_s, &families);
+                self.num_scrapes += 1;
+                self.next_scrape_s = end_s + every;
+            }
+        }
         self.timeline.encode()
     }
 
@@ -95,12 +143,35 @@ impl MetricsObserver {
             return;
         };
         while self.next_scrape_s <= t_s {
-            let families = self.recorder.families();
+            let mut families = self.recorder.families();
+            families.extend(self.dcgm.take_families(every));
             self.timeline
                 .push(SIM_EPOCH_UNIX_S + self.next_scrape_s, &families);
             self.num_scrapes += 1;
             self.next_scrape_s += every;
         }
+    }
+}
+
+impl DcgmState {
+    /// Averages over the last `window_s` (idle time at idle power), then reset.
+    fn take_families(&mut self, window_s: f64) -> Vec<twin_metrics::MetricFamily> {
+        let mut samples = Vec::with_capacity(self.gpus.len());
+        for a in &mut self.acc {
+            let busy = a[0].min(window_s);
+            let s = DcgmSample {
+                gpu_util: busy / window_s,
+                sm_active: a[1] / window_s,
+                tensor_active: a[2] / window_s,
+                dram_active: a[3] / window_s,
+                power_w: (a[4] + self.idle_watts * (window_s - busy).max(0.0)) / window_s,
+                fb_used_mib: self.fb_used_mib,
+                fb_free_mib: self.fb_free_mib,
+            };
+            samples.extend(std::iter::repeat_n(s, self.gpus_per_engine));
+            *a = [0.0; 5];
+        }
+        dcgm_families(&self.gpus, &samples)
     }
 }
 
@@ -166,6 +237,16 @@ impl Observer for MetricsObserver {
     fn on_rejected(&mut self, _req: &twin_workload::RequestSpec) {}
 
     fn on_step(&mut self, engine: usize, s: &StepSample) {
+        if let Some(c) = &s.cost {
+            let d = c.gpu_time_s;
+            let u = &c.utilisation;
+            let a = &mut self.dcgm.acc[engine];
+            a[0] += d * u.gpu_util;
+            a[1] += d * u.sm_active;
+            a[2] += d * u.tensor_active;
+            a[3] += d * u.dram_active;
+            a[4] += d * u.power_w;
+        }
         let Some(st) = &s.stats else { return };
         self.scrape_until(s.t_s);
         let pcs = &st.prefix_cache_stats;
