@@ -36,7 +36,7 @@ fn scrapes_carry_dcgm_per_gpu_and_monotone_counters() {
         .lines()
         .filter(|l| l.starts_with("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{"))
         .map(|l| {
-            l.rsplitn(3, ' ')
+            l.rsplit(' ')
                 .nth(1)
                 .expect("value")
                 .parse()
@@ -55,7 +55,7 @@ fn scrapes_carry_dcgm_per_gpu_and_monotone_counters() {
         .filter(|l| l.starts_with("vllm:generation_tokens_total{"))
     {
         let e = if l.contains("engine=\"1\"") { 1 } else { 0 };
-        let v: f64 = l.rsplitn(3, ' ').nth(1).unwrap().parse().unwrap();
+        let v: f64 = l.rsplit(' ').nth(1).unwrap().parse().unwrap();
         assert!(v >= last[e], "counter went down: {l}");
         last[e] = v;
     }
