@@ -8,7 +8,15 @@ use twin_engine::{
 };
 
 /// (arrival step, prompt, max_tokens, stop_after, abort_step, priority, cache salt)
-type RequestPlan = (u64, Vec<u32>, usize, Option<usize>, Option<u64>, i64, Option<String>);
+type RequestPlan = (
+    u64,
+    Vec<u32>,
+    usize,
+    Option<usize>,
+    Option<u64>,
+    i64,
+    Option<String>,
+);
 
 #[derive(Clone, Debug)]
 struct Workload {

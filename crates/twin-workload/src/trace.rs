@@ -332,9 +332,14 @@ fn vidur(line: &str) -> Result<TraceRecord, String> {
     if cols.len() != 4 {
         return Err(format!("expected 4 columns (request_id,arrived_at,num_prefill_tokens,num_decode_tokens), got {}", cols.len()));
     }
-    let t: f64 = cols[1].trim().parse().map_err(|_| format!("column \"arrived_at\" is not a number: {:?}", cols[1]))?;
+    let t: f64 = cols[1]
+        .trim()
+        .parse()
+        .map_err(|_| format!("column \"arrived_at\" is not a number: {:?}", cols[1]))?;
     if !(t.is_finite() && t >= 0.0) {
-        return Err(format!("column \"arrived_at\" must be a non-negative time, got {t}"));
+        return Err(format!(
+            "column \"arrived_at\" must be a non-negative time, got {t}"
+        ));
     }
     Ok(TraceRecord {
         arrival_time_s: t,
