@@ -305,6 +305,8 @@ fn engine_config(eng: &Map<String, Value>) -> Result<SchedulerConfig, ScenarioEr
         draft_slots: 0,
         async_scheduling: as_bool(g("async_scheduling"), &f("async_scheduling"))?,
         pipeline_parallel_size: 1,
+        kv_cache_metrics_sample: None,
+        kv_cache_metrics_seed: 0,
     };
     config
         .validate()

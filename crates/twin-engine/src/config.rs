@@ -65,6 +65,11 @@ pub struct SchedulerConfig {
     pub async_scheduling: bool,
     /// Pipeline-parallel stages: sets the batch-queue depth (`pp_size + async`).
     pub pipeline_parallel_size: usize,
+    /// `--kv-cache-metrics` with `--kv-cache-metrics-sample`: the share of allocated blocks
+    /// whose residency is tracked (`None` = off).
+    pub kv_cache_metrics_sample: Option<f64>,
+    /// Seed of the block-sampling RNG (vLLM uses Python's global `random`).
+    pub kv_cache_metrics_seed: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -93,6 +98,8 @@ impl Default for SchedulerConfig {
             draft_slots: 0,
             async_scheduling: false,
             pipeline_parallel_size: 1,
+            kv_cache_metrics_sample: None,
+            kv_cache_metrics_seed: 0,
         }
     }
 }
@@ -223,6 +230,14 @@ impl SchedulerConfig {
                     self.max_num_scheduled_tokens, self.max_num_batched_tokens
                 ),
             );
+        }
+        if let Some(rate) = self.kv_cache_metrics_sample {
+            if !(rate > 0.0 && rate <= 1.0) {
+                return err(
+                    "kv_cache_metrics_sample",
+                    format!("sample_rate must be in (0, 1.0], got {rate}"),
+                );
+            }
         }
         if self.pipeline_parallel_size == 0 {
             return err("pipeline_parallel_size", "must be >= 1".into());

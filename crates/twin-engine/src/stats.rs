@@ -80,4 +80,6 @@ pub struct SchedulerStats {
     pub kv_cache_usage: f64,
     pub prefix_cache_stats: PrefixCacheStats,
     pub spec_decoding_stats: Option<SpecDecodingStats>,
+    /// Sampled block residencies since the last stats (`--kv-cache-metrics`).
+    pub kv_cache_eviction_events: Vec<crate::kv_cache::KvCacheEvictionEvent>,
 }

@@ -67,6 +67,10 @@ pub struct SimConfig {
     pub data_parallel_size: usize,
     pub workload: WorkloadSpec,
     pub seed: u64,
+    /// `--kv-cache-metrics` (with `--kv-cache-metrics-sample`, default 0.01).
+    pub kv_cache_metrics_sample: Option<f64>,
+    /// `--enable-mfu-metrics`: estimated FLOPs / bytes per GPU from the cost model.
+    pub enable_mfu_metrics: bool,
 }
 
 impl SimConfig {
@@ -80,6 +84,8 @@ impl SimConfig {
             data_parallel_size: 1,
             workload,
             seed: 0,
+            kv_cache_metrics_sample: None,
+            enable_mfu_metrics: false,
         })
     }
 }
@@ -131,6 +137,8 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         draft_slots,
         async_scheduling: r.async_scheduling,
         pipeline_parallel_size: r.pipeline_parallel_size as usize,
+        kv_cache_metrics_sample: cfg.kv_cache_metrics_sample,
+        kv_cache_metrics_seed: cfg.seed,
     };
     scheduler.validate().map_err(|e| SimError::Config {
         field: format!("--{}", e.field.replace('_', "-")),

@@ -346,6 +346,8 @@ pub fn parse_simulate_args(
     let (mut out_dir, mut json, mut quiet) = (None, false, false);
     let (mut metrics_out, mut scrape_interval_s, mut scrapes_out) = (None, None, None);
     let mut kv_cache_metrics = false;
+    let mut kv_cache_metrics_sample = 0.01;
+    let mut enable_mfu_metrics = false;
     // Workload pieces.
     let mut workload_arg: Option<String> = None;
     let mut num_requests: Option<usize> = None;
@@ -449,6 +451,12 @@ pub fn parse_simulate_args(
                 knobs.cache_aware_admission_threshold = num(f, v)?
             }
             "--seed" => seed = num(f, v)?,
+            "--kv-cache-metrics-sample" => {
+                kv_cache_metrics_sample = num(f, v)?;
+                if !(kv_cache_metrics_sample > 0.0 && kv_cache_metrics_sample <= 1.0) {
+                    return Err(cfg_err(f, format!("{v} must be in (0, 1]")));
+                }
+            }
             // Twin flags.
             "--workload" => workload_arg = Some(v.to_string()),
             "--num-requests" => num_requests = Some(num(f, v)?),
@@ -497,6 +505,7 @@ pub fn parse_simulate_args(
                     "enable_expert_parallel" => serve.enable_expert_parallel = on,
                     "scheduler_reserve_full_isl" => knobs.scheduler_reserve_full_isl = on,
                     "kv_cache_metrics" => kv_cache_metrics = on,
+                    "enable_mfu_metrics" => enable_mfu_metrics = on,
                     _ => notes.push(format!(
                         "{f}: accepted; it does not change what the twin models"
                     )),
@@ -608,6 +617,8 @@ pub fn parse_simulate_args(
         data_parallel_size: dp,
         workload,
         seed,
+        kv_cache_metrics_sample: kv_cache_metrics.then_some(kv_cache_metrics_sample),
+        enable_mfu_metrics,
     };
     Ok(SimulateArgs {
         served_model_name: served_model_name.unwrap_or_else(|| model_name.clone()),

@@ -23,6 +23,8 @@ pub struct MetricsObserver {
     timeline: OpenMetricsTimeline,
     num_scrapes: usize,
     dcgm: DcgmState,
+    /// `--enable-mfu-metrics`: feed the estimated FLOPs/bytes counters.
+    mfu: bool,
 }
 
 /// Busy-time-weighted GPU activity per engine since the last scrape (dcgm-exporter reads
@@ -109,7 +111,14 @@ impl MetricsObserver {
             timeline: OpenMetricsTimeline::new(),
             num_scrapes: 0,
             dcgm,
+            mfu: false,
         }
+    }
+
+    /// Also record vLLM's estimated FLOPs / bytes counters (`--enable-mfu-metrics`).
+    pub fn with_mfu(mut self, on: bool) -> Self {
+        self.mfu = on;
+        self
     }
 
     pub fn recorder(&self) -> &MetricsRecorder {
@@ -264,6 +273,23 @@ impl Observer for MetricsObserver {
                 preempted_hits: pcs.preempted_hits,
                 ..Default::default()
             },
+            kv_cache_eviction_events: st
+                .kv_cache_eviction_events
+                .iter()
+                .map(|e| ms::KvCacheEvictionEvent {
+                    lifetime_s: e.lifetime_s,
+                    idle_s: e.idle_s,
+                    reuse_gaps_s: e.reuse_gaps_s.clone(),
+                })
+                .collect(),
+            perf_stats: self.mfu.then(|| {
+                let c = s.cost.as_ref();
+                ms::PerfStats {
+                    num_flops_per_gpu: c.map_or(0, |c| c.flops as u64),
+                    num_read_bytes_per_gpu: c.map_or(0, |c| c.bytes_read as u64),
+                    num_write_bytes_per_gpu: c.map_or(0, |c| c.bytes_written as u64),
+                }
+            }),
             spec_decoding_stats: st
                 .spec_decoding_stats
                 .as_ref()

@@ -10,7 +10,14 @@ fn run(args: &str) -> (String, twin_sim::Report) {
     let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
     let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
     let startup = twin_sim::startup(&a.config).expect("start");
-    let mut m = MetricsObserver::new(&startup, "m", a.config.data_parallel_size, false, Some(5.0));
+    let mut m = MetricsObserver::new(
+        &startup,
+        "m",
+        a.config.data_parallel_size,
+        a.kv_cache_metrics,
+        Some(5.0),
+    )
+    .with_mfu(a.config.enable_mfu_metrics);
     let mut b = ReportBuilder::new(Slo::default());
     {
         let mut tee = Tee(vec![&mut b, &mut m]);
@@ -64,5 +71,32 @@ fn scrapes_carry_dcgm_per_gpu_and_monotone_counters() {
     assert!(
         (final_sum - expect).abs() <= 0.01 * expect,
         "scraped {final_sum} vs report {expect}"
+    );
+}
+
+fn last_value(om: &str, prefix: &str) -> f64 {
+    om.lines()
+        .filter(|l| l.starts_with(prefix))
+        .last()
+        .and_then(|l| l.rsplit(' ').nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in the scrapes"))
+}
+
+#[test]
+fn kv_residency_and_mfu_families_fill_behind_their_flags() {
+    // Blocks get re-allocated under pressure: sampled residencies reach the histograms.
+    let args = "--num-requests 400 --gpu-memory-utilization 0.5 --max-concurrency 128 --input-len 3000 --output-len 200 \
+                --kv-cache-metrics --kv-cache-metrics-sample 0.5 --enable-mfu-metrics --seed 4";
+    let (om, _) = run(args);
+    assert!(last_value(&om, "vllm:kv_block_lifetime_seconds_count{") > 10.0);
+    assert!(last_value(&om, "vllm:kv_block_idle_before_evict_seconds_count{") > 10.0);
+    assert!(last_value(&om, "vllm:estimated_flops_per_gpu_total{") > 1e12);
+    // Without the flags the residency families are absent and the MFU counters stay at 0.
+    let (plain, _) = run("--num-requests 100 --seed 4");
+    assert!(!plain.contains("vllm:kv_block_lifetime_seconds"));
+    assert_eq!(
+        last_value(&plain, "vllm:estimated_flops_per_gpu_total{"),
+        0.0
     );
 }

@@ -132,6 +132,7 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             sim.kv_cache_metrics,
             sim.scrape_interval_s,
         )
+        .with_mfu(sim.config.enable_mfu_metrics)
     });
     let t0 = Instant::now();
     {

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::hashing::{BlockHash, BuildBlockHashHasher};
+use super::residency::KVCacheMetricsCollector;
 
 /// Block 0 is vLLM's null block: taken at start-up, never freed, never cached.
 pub const NULL_BLOCK_ID: u32 = 0;
@@ -44,6 +45,9 @@ pub struct BlockPool {
     num_hashed_blocks: usize,
     scratch_first: Vec<u32>,
     scratch_last: Vec<u32>,
+    /// `--kv-cache-metrics`: residency sampling, stamped with the current step's time.
+    pub(crate) metrics: Option<KVCacheMetricsCollector>,
+    pub(crate) now_s: f64,
 }
 
 impl BlockPool {
@@ -81,6 +85,8 @@ impl BlockPool {
             num_hashed_blocks: 0,
             scratch_first: Vec::new(),
             scratch_last: Vec::new(),
+            metrics: None,
+            now_s: 0.0,
         };
         let null = pool.pop_front();
         debug_assert_eq!(null, NULL_BLOCK_ID);
@@ -185,12 +191,18 @@ impl BlockPool {
         );
         for _ in 0..n {
             let id = self.pop_front();
+            if let Some(m) = self.metrics.as_mut() {
+                m.on_block_evicted(id, self.now_s);
+            }
             if self.enable_caching {
                 self.evict_cached(id);
             }
             let b = &mut self.blocks[id as usize];
             debug_assert_eq!(b.ref_cnt, 0);
             b.ref_cnt = 1;
+            if let Some(m) = self.metrics.as_mut() {
+                m.on_block_allocated(id, self.now_s);
+            }
             out.push(id);
         }
     }
@@ -206,6 +218,9 @@ impl BlockPool {
                 self.remove(id);
             }
             self.blocks[id as usize].ref_cnt += 1;
+            if let Some(m) = self.metrics.as_mut() {
+                m.on_block_accessed(id, self.now_s);
+            }
         }
     }
 

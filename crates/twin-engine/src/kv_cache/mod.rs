@@ -3,6 +3,8 @@
 pub mod block_pool;
 pub mod hashing;
 pub mod manager;
+pub mod residency;
 
 pub use block_pool::{BlockPool, NULL_BLOCK_ID};
 pub use manager::{AllocateSlots, KVCacheManager};
+pub use residency::{KVCacheMetricsCollector, KvCacheEvictionEvent};

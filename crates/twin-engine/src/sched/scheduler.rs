@@ -49,13 +49,20 @@ impl Scheduler {
     /// vLLM: `Scheduler.__init__`.
     pub fn new(config: SchedulerConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let kv = KVCacheManager::new(
+        let mut kv = KVCacheManager::new(
             config.num_gpu_blocks,
             config.block_size,
             config.max_model_len,
             config.enable_prefix_caching,
             config.watermark_blocks(),
         );
+        if let Some(rate) = config.kv_cache_metrics_sample {
+            kv.block_pool.metrics = Some(crate::kv_cache::KVCacheMetricsCollector::new(
+                config.num_gpu_blocks,
+                rate,
+                config.kv_cache_metrics_seed,
+            ));
+        }
         let interval = config.prefill_schedule_interval;
         Ok(Scheduler {
             max_num_active_reqs: config.max_num_active_reqs(),
@@ -193,6 +200,7 @@ impl Scheduler {
     pub fn schedule(&mut self, now_s: f64, out: &mut SchedulerOutput) {
         out.clear();
         self.current_step += 1;
+        self.kv.block_pool.now_s = now_s;
         let cfg = &self.config;
         let draft_slots = cfg.draft_slots as i64;
         let mut token_budget = cfg.max_num_scheduled_tokens as i64;
@@ -749,6 +757,13 @@ impl Scheduler {
             kv_cache_usage: self.kv.usage(),
             prefix_cache_stats: self.kv.make_prefix_cache_stats(),
             spec_decoding_stats: spec,
+            kv_cache_eviction_events: self
+                .kv
+                .block_pool
+                .metrics
+                .as_mut()
+                .map(|m| m.drain_events())
+                .unwrap_or_default(),
         }
     }
 
