@@ -76,8 +76,8 @@ fn scrapes_carry_dcgm_per_gpu_and_monotone_counters() {
 
 fn last_value(om: &str, prefix: &str) -> f64 {
     om.lines()
-        .filter(|l| l.starts_with(prefix))
-        .last()
+        .rev()
+        .find(|l| l.starts_with(prefix))
         .and_then(|l| l.rsplit(' ').nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {prefix} in the scrapes"))
