@@ -1,17 +1,30 @@
-//! twin-server: `vllm-twin serve` and `vllm-twin bench-serve` (work in progress).
+//! twin-server: `vllm-twin serve`, an OpenAI-compatible vLLM 0.34 server in real time, and
+//! `vllm-twin bench-serve`, a client-side load generator. The server parses `vllm serve`
+//! flags with the simulator's parser, starts up through the same memory plan (refusing a
+//! max-model-len that does not fit with vLLM's message), and drives the twin's EngineCore on
+//! a real clock from one engine thread: every step lasts what the cost model says (divided by
+//! `--time-scale`) and its tokens are released when it ends, so prefill stalls, ITL jitter,
+//! queueing and preemption gaps show in SSE timing and in `/metrics` alike. `/metrics` is
+//! vLLM's exposition (twin-metrics); a second listener serves dcgm-exporter's GPU families
+//! from the cost model's per-step utilisation. See docs/serve.md.
+//!
+//! Modules: [`api`] (wire types), [`routes`] (HTTP handlers), [`engine`] (the engine thread),
+//! [`runner`] (deterministic model runner), [`tokenizer`] (offline BPE + chat template),
+//! [`sse`] (stream framing), [`errors`] (vLLM error bodies), [`metrics`] (twin-metrics
+//! adapter), [`dcgm`] (GPU exporter), [`server`] (start-up and shutdown), [`bench`] (load
+//! generator), [`cli`] (entry points).
 
-pub mod cli {
-    use std::process::ExitCode;
+pub mod api;
+pub mod bench;
+pub mod cli;
+pub mod dcgm;
+pub mod engine;
+pub mod errors;
+pub mod metrics;
+pub mod routes;
+pub mod runner;
+pub mod server;
+pub mod sse;
+pub mod tokenizer;
 
-    /// `vllm-twin serve [MODEL] [vllm serve flags]`.
-    pub fn serve_main(_args: &[String]) -> ExitCode {
-        eprintln!("error: vllm-twin serve is not built yet");
-        ExitCode::from(2)
-    }
-
-    /// `vllm-twin bench-serve URL --concurrency C --num-requests N`.
-    pub fn bench_serve_main(_args: &[String]) -> ExitCode {
-        eprintln!("error: vllm-twin bench-serve is not built yet");
-        ExitCode::from(2)
-    }
-}
+pub use server::{parse_serve_args, start, Running, ServeConfig, StartError};

@@ -1,0 +1,438 @@
+//! `vllm-twin bench-serve`: a closed-loop load generator measuring what `vllm bench serve`
+//! measures from the client side of SSE: TTFT (first chunk with text), ITL (gaps between
+//! chunks with text), TPOT ((E2E − TTFT) / (output tokens − 1)) and E2E, against any
+//! OpenAI-compatible server (the twin or a real vLLM).
+//! vLLM: `vllm/benchmarks/lib/endpoint_request_func.py` (`async_request_openai_completions`)
+//! and `benchmarks/serve.py` (`calculate_metrics`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde::Serialize;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchArgs {
+    /// Base URL, e.g. `http://127.0.0.1:8000`.
+    pub url: String,
+    pub concurrency: usize,
+    pub num_requests: usize,
+    pub input_len: usize,
+    pub output_len: usize,
+    /// None: the first model `/v1/models` lists.
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+    /// `completions` (default, as `vllm bench serve --backend openai`) or `chat`.
+    pub chat: bool,
+    pub json: bool,
+    pub timeout_s: f64,
+}
+
+/// One request's client-side timing.
+#[derive(Clone, Debug, Default)]
+pub struct RequestResult {
+    pub ok: bool,
+    pub ttft_s: f64,
+    pub itl_s: Vec<f64>,
+    pub e2e_s: f64,
+    pub output_tokens: usize,
+    pub prompt_tokens: usize,
+    pub error: String,
+}
+
+/// `{mean, median, p99, ...}` in milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub count: usize,
+    pub mean_ms: f64,
+    pub median_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// The run's result (`--json`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BenchReport {
+    pub completed: usize,
+    pub failed: usize,
+    pub duration_s: f64,
+    pub total_input_tokens: usize,
+    pub total_output_tokens: usize,
+    pub request_throughput: f64,
+    pub output_throughput: f64,
+    pub ttft: Summary,
+    pub tpot: Summary,
+    pub itl: Summary,
+    pub e2el: Summary,
+    pub errors: Vec<String>,
+}
+
+/// Percentile by linear interpolation, as numpy's default.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let pos = q / 100.0 * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    let w = pos - lo as f64;
+    sorted[lo] * (1.0 - w) + sorted[hi.min(sorted.len() - 1)] * w
+}
+
+pub fn summarize(mut v: Vec<f64>) -> Summary {
+    v.retain(|x| x.is_finite());
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return Summary::default();
+    }
+    let ms = 1e3;
+    Summary {
+        count: v.len(),
+        mean_ms: v.iter().sum::<f64>() / v.len() as f64 * ms,
+        median_ms: percentile(&v, 50.0) * ms,
+        p90_ms: percentile(&v, 90.0) * ms,
+        p99_ms: percentile(&v, 99.0) * ms,
+        max_ms: v.last().copied().unwrap_or(0.0) * ms,
+    }
+}
+
+/// A prompt of about `n` tokens, distinct per request (no accidental prefix sharing).
+fn prompt(i: usize, n: usize) -> String {
+    // " w123" is two cl100k tokens; a leading request tag keeps prefixes apart.
+    let mut s = format!("req{i}:");
+    let mut x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for _ in 0..n.saturating_sub(2) / 2 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!(" w{}", x % 997));
+    }
+    s
+}
+
+async fn resolve_model(client: &reqwest::Client, a: &BenchArgs) -> Result<String, String> {
+    if let Some(m) = &a.model {
+        return Ok(m.clone());
+    }
+    let mut req = client.get(format!("{}/v1/models", a.url));
+    if let Some(k) = &a.api_key {
+        req = req.bearer_auth(k);
+    }
+    let v: serde_json::Value = req
+        .send()
+        .await
+        .map_err(|e| format!("GET /v1/models: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("GET /v1/models: {e}"))?;
+    v["data"][0]["id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| "GET /v1/models listed no model".to_string())
+}
+
+/// One streaming request, timed from the client.
+pub async fn one_request(
+    client: &reqwest::Client,
+    a: &BenchArgs,
+    model: &str,
+    i: usize,
+) -> RequestResult {
+    let mut r = RequestResult::default();
+    let p = prompt(i, a.input_len);
+    let (path, body) = if a.chat {
+        (
+            "/v1/chat/completions",
+            serde_json::json!({"model": model, "messages": [{"role": "user", "content": p}],
+                "max_tokens": a.output_len, "ignore_eos": true, "stream": true,
+                "stream_options": {"include_usage": true}}),
+        )
+    } else {
+        (
+            "/v1/completions",
+            serde_json::json!({"model": model, "prompt": p, "max_tokens": a.output_len,
+                "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}),
+        )
+    };
+    let mut req = client.post(format!("{}{}", a.url, path)).json(&body);
+    if let Some(k) = &a.api_key {
+        req = req.bearer_auth(k);
+    }
+    let st = Instant::now();
+    let resp = match req.send().await {
+        Ok(x) => x,
+        Err(e) => {
+            r.error = e.to_string();
+            return r;
+        }
+    };
+    if !resp.status().is_success() {
+        r.error = format!("HTTP {}", resp.status());
+        return r;
+    }
+    let mut stream = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut last = st;
+    let mut chunks_with_text = 0usize;
+    while let Some(item) = stream.next().await {
+        let bytes = match item {
+            Ok(b) => b,
+            Err(e) => {
+                r.error = e.to_string();
+                return r;
+            }
+        };
+        let now = Instant::now();
+        buf.extend_from_slice(&bytes);
+        while let Some(pos) = buf.windows(2).position(|w| w == b"\n\n") {
+            let frame: Vec<u8> = buf.drain(..pos + 2).collect();
+            let line = String::from_utf8_lossy(&frame);
+            let Some(data) = line.trim().strip_prefix("data:") else {
+                continue;
+            };
+            let data = data.trim();
+            if data == "[DONE]" {
+                continue;
+            }
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
+                continue;
+            };
+            if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                r.output_tokens = u["completion_tokens"].as_u64().unwrap_or(0) as usize;
+                r.prompt_tokens = u["prompt_tokens"].as_u64().unwrap_or(0) as usize;
+            }
+            let c0 = &v["choices"][0];
+            let text = if a.chat {
+                c0["delta"]["content"].as_str().unwrap_or("")
+            } else {
+                c0["text"].as_str().unwrap_or("")
+            };
+            if !text.is_empty() {
+                if chunks_with_text == 0 {
+                    r.ttft_s = (now - st).as_secs_f64();
+                } else {
+                    r.itl_s.push((now - last).as_secs_f64());
+                }
+                chunks_with_text += 1;
+                last = now;
+            }
+        }
+    }
+    r.e2e_s = (last.max(Instant::now()) - st).as_secs_f64();
+    r.ok = chunks_with_text > 0;
+    if !r.ok && r.error.is_empty() {
+        r.error = "no text received".into();
+    }
+    r
+}
+
+/// Run the load and summarize it.
+pub async fn run(a: BenchArgs) -> Result<BenchReport, String> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(a.concurrency.max(1))
+        .timeout(Duration::from_secs_f64(a.timeout_s))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let model = resolve_model(&client, &a).await?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..a.concurrency.max(1).min(a.num_requests.max(1)) {
+        let (client, a, model, next) = (client.clone(), a.clone(), model.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= a.num_requests {
+                    break;
+                }
+                out.push(one_request(&client, &a, &model, i).await);
+            }
+            out
+        }));
+    }
+    let mut results = Vec::with_capacity(a.num_requests);
+    for t in tasks {
+        results.extend(t.await.map_err(|e| e.to_string())?);
+    }
+    let duration_s = t0.elapsed().as_secs_f64();
+    Ok(report(&results, duration_s))
+}
+
+/// vLLM bench's `calculate_metrics` over client-side results.
+pub fn report(results: &[RequestResult], duration_s: f64) -> BenchReport {
+    let ok: Vec<&RequestResult> = results.iter().filter(|r| r.ok).collect();
+    let mut errors: Vec<String> = results
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| r.error.clone())
+        .collect();
+    errors.sort();
+    errors.dedup();
+    let total_out: usize = ok.iter().map(|r| r.output_tokens).sum();
+    let tpot: Vec<f64> = ok
+        .iter()
+        .filter(|r| r.output_tokens > 1)
+        .map(|r| (r.e2e_s - r.ttft_s) / (r.output_tokens - 1) as f64)
+        .collect();
+    BenchReport {
+        completed: ok.len(),
+        failed: results.len() - ok.len(),
+        duration_s,
+        total_input_tokens: ok.iter().map(|r| r.prompt_tokens).sum(),
+        total_output_tokens: total_out,
+        request_throughput: ok.len() as f64 / duration_s.max(1e-9),
+        output_throughput: total_out as f64 / duration_s.max(1e-9),
+        ttft: summarize(ok.iter().map(|r| r.ttft_s).collect()),
+        tpot: summarize(tpot),
+        itl: summarize(ok.iter().flat_map(|r| r.itl_s.iter().copied()).collect()),
+        e2el: summarize(ok.iter().map(|r| r.e2e_s).collect()),
+        errors,
+    }
+}
+
+/// The text table, in `vllm bench serve`'s layout.
+pub fn render(r: &BenchReport) -> String {
+    let mut s = String::new();
+    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<40}{v:<10}\n"));
+    s.push_str(&format!("{:=^50}\n", " Serving Benchmark Result "));
+    line(&mut s, "Successful requests:", r.completed.to_string());
+    line(&mut s, "Failed requests:", r.failed.to_string());
+    line(
+        &mut s,
+        "Benchmark duration (s):",
+        format!("{:.2}", r.duration_s),
+    );
+    line(
+        &mut s,
+        "Total input tokens:",
+        r.total_input_tokens.to_string(),
+    );
+    line(
+        &mut s,
+        "Total generated tokens:",
+        r.total_output_tokens.to_string(),
+    );
+    line(
+        &mut s,
+        "Request throughput (req/s):",
+        format!("{:.2}", r.request_throughput),
+    );
+    line(
+        &mut s,
+        "Output token throughput (tok/s):",
+        format!("{:.2}", r.output_throughput),
+    );
+    for (title, name, m) in [
+        ("Time to First Token", "TTFT", &r.ttft),
+        ("Time per Output Token (excl. 1st token)", "TPOT", &r.tpot),
+        ("Inter-token Latency", "ITL", &r.itl),
+        ("End-to-end Latency", "E2EL", &r.e2el),
+    ] {
+        s.push_str(&format!("{:-^50}\n", title));
+        line(
+            &mut s,
+            &format!("Mean {name} (ms):"),
+            format!("{:.2}", m.mean_ms),
+        );
+        line(
+            &mut s,
+            &format!("Median {name} (ms):"),
+            format!("{:.2}", m.median_ms),
+        );
+        line(
+            &mut s,
+            &format!("P90 {name} (ms):"),
+            format!("{:.2}", m.p90_ms),
+        );
+        line(
+            &mut s,
+            &format!("P99 {name} (ms):"),
+            format!("{:.2}", m.p99_ms),
+        );
+    }
+    s.push_str(&"=".repeat(50));
+    s.push('\n');
+    for e in &r.errors {
+        s.push_str(&format!("error: {e}\n"));
+    }
+    s
+}
+
+/// Parse `bench-serve URL --concurrency C --num-requests N ...`.
+pub fn parse_bench_args(args: &[String]) -> Result<BenchArgs, String> {
+    let mut a = BenchArgs {
+        url: String::new(),
+        concurrency: 1,
+        num_requests: 100,
+        input_len: 128,
+        output_len: 128,
+        model: None,
+        api_key: None,
+        chat: false,
+        json: false,
+        timeout_s: 600.0,
+    };
+    let mut i = 0;
+    let mut url = None;
+    while i < args.len() {
+        let raw = args[i].clone();
+        i += 1;
+        let (name, inline) = match raw.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.replace('_', "-"), Some(v.to_string())),
+            _ => (raw.replace('_', "-"), None),
+        };
+        let mut value = |flag: &str| -> Result<String, String> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            let v = args
+                .get(i)
+                .cloned()
+                .ok_or_else(|| format!("{flag}: expects a value"))?;
+            i += 1;
+            Ok(v)
+        };
+        let n = |flag: &str, v: String| -> Result<usize, String> {
+            v.parse()
+                .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
+        };
+        match name.as_str() {
+            "--concurrency" | "--max-concurrency" => {
+                a.concurrency = n(&name, value(&name)?)?.max(1)
+            }
+            "--num-requests" | "--num-prompts" => a.num_requests = n(&name, value(&name)?)?,
+            "--input-len" | "--random-input-len" => a.input_len = n(&name, value(&name)?)?,
+            "--output-len" | "--random-output-len" => {
+                a.output_len = n(&name, value(&name)?)?.max(1)
+            }
+            "--model" => a.model = Some(value(&name)?),
+            "--api-key" => a.api_key = Some(value(&name)?),
+            "--endpoint" => {
+                let v = value(&name)?;
+                a.chat = v.contains("chat");
+            }
+            "--timeout" => {
+                a.timeout_s = value(&name)?
+                    .parse()
+                    .map_err(|_| "--timeout: not a number".to_string())?
+            }
+            "--json" => a.json = true,
+            s if s.starts_with("--") => return Err(format!("{s}: unknown flag")),
+            _ => {
+                if url.is_some() {
+                    return Err(format!("{raw}: more than one URL given"));
+                }
+                url = Some(raw.trim_end_matches('/').to_string());
+            }
+        }
+    }
+    a.url = url.ok_or("bench-serve URL: missing (e.g. http://127.0.0.1:8000)")?;
+    if !a.url.starts_with("http://") && !a.url.starts_with("https://") {
+        a.url = format!("http://{}", a.url);
+    }
+    Ok(a)
+}

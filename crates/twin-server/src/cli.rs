@@ -1,0 +1,146 @@
+//! The two subcommands' entry points (`vllm-twin serve`, `vllm-twin bench-serve`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::server::{parse_serve_args, start, StartError, SERVE_FLAGS};
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("twin-http")
+        .build()
+}
+
+/// SIGTERM or ctrl-c.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn help() -> String {
+    let mut s = String::from(
+        "vllm-twin serve [MODEL] [vllm serve flags] [twin flags]\n\n\
+         An OpenAI-compatible server that behaves like `vllm serve` on the modelled GPU:\n\
+         tokens stream when the engine's step clock releases them. vLLM flags keep their\n\
+         names and 0.34 defaults; see docs/serve.md.\n\nServer flags:\n",
+    );
+    for (n, v, h) in SERVE_FLAGS {
+        s.push_str(&format!("  {n}{}  {h}\n", if *v { " VALUE" } else { "" }));
+    }
+    s.push_str("\nSimulator flags also accepted (--gpu, --model-config, --output-len, --seed):\n");
+    s.push_str(&twin_sim::engine_args::twin_flags_help());
+    s
+}
+
+/// `vllm-twin serve [MODEL] [vllm serve flags]`.
+pub fn serve_main(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{}", help());
+        return ExitCode::SUCCESS;
+    }
+    let cfg = match parse_serve_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.block_on(async move {
+        for n in &cfg.sim.notes {
+            eprintln!("note: {n}");
+        }
+        let running = match start(&cfg).await {
+            Ok(r) => r,
+            Err(StartError::Refused(m)) => {
+                // vLLM refuses to start with its own message.
+                eprintln!("error: {m}");
+                return ExitCode::from(1);
+            }
+            Err(StartError::Config(m)) => {
+                eprintln!("error: {m}");
+                return ExitCode::from(2);
+            }
+        };
+        println!("{}", running.startup.plan);
+        let s = &running.startup.scheduler;
+        println!(
+            "scheduler: max_num_batched_tokens={} max_num_seqs={} block_size={} num_gpu_blocks={} prefix_caching={} chunked_prefill={} async_scheduling={} time_scale={}",
+            s.max_num_batched_tokens, s.max_num_seqs, s.block_size, s.num_gpu_blocks,
+            s.enable_prefix_caching, s.enable_chunked_prefill, s.async_scheduling, cfg.time_scale
+        );
+        if let Some(d) = running.dcgm_addr {
+            println!("INFO:     DCGM exporter metrics on http://{d}/metrics");
+        }
+        println!(
+            "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)",
+            running.addr
+        );
+        shutdown_signal().await;
+        println!("INFO:     Shutting down");
+        running.shutdown(Duration::from_secs(30)).await;
+        println!("INFO:     Finished server process");
+        ExitCode::SUCCESS
+    })
+}
+
+/// `vllm-twin bench-serve URL --concurrency C --num-requests N [--input-len/--output-len/--model]`.
+pub fn bench_serve_main(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!(
+            "vllm-twin bench-serve URL [--concurrency C] [--num-requests N] [--input-len L] \
+             [--output-len L] [--model M] [--api-key K] [--endpoint /v1/chat/completions] [--json]"
+        );
+        return ExitCode::SUCCESS;
+    }
+    let a = match crate::bench::parse_bench_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let json = a.json;
+    match rt.block_on(crate::bench::run(a)) {
+        Ok(r) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                print!("{}", crate::bench::render(&r));
+            }
+            if r.completed == 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Start-up and lifetime: flags → `twin_sim::startup` (memory plan, may refuse with vLLM's
+//! message) → engine thread + HTTP listener (+ the DCGM listener) → graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use twin_cost::CostModel;
+use twin_engine::EngineCore;
+use twin_sim::engine_args::{parse_duration_s, parse_simulate_args, SimulateArgs};
+use twin_sim::{SimError, Startup};
+
+use crate::dcgm::Dcgm;
+use crate::engine::{EngineClock, EngineCounters, EngineLoop, EngineParts};
+use crate::metrics::ServerMetrics;
+use crate::routes::{self, AppState, ServeOptions};
+use crate::runner::FillerRunner;
+use crate::tokenizer::Tokenizer;
+
+/// Everything `vllm-twin serve` was asked to do.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub sim: SimulateArgs,
+    pub host: String,
+    pub port: u16,
+    /// None: no DCGM listener (`--dcgm-port 0`).
+    pub dcgm_port: Option<u16>,
+    pub api_keys: Vec<String>,
+    pub time_scale: f64,
+    pub fail_rate: f64,
+    pub slow_start_s: f64,
+    pub echo: bool,
+    pub max_body_bytes: usize,
+    pub max_num_queued_reqs: Option<usize>,
+    pub max_num_queued_tokens: Option<usize>,
+    pub enable_force_include_usage: bool,
+    pub enable_prompt_tokens_details: bool,
+    pub response_role: String,
+}
+
+/// Server flags taken out of argv before the simulator's parser sees the rest:
+/// (name, takes a value, help). vLLM's own (`--host`, `--port`, ...) keep vLLM's meaning.
+pub const SERVE_FLAGS: &[(&str, bool, &str)] = &[
+    ("--host", true, "vLLM: address to bind (default 127.0.0.1)"),
+    ("--port", true, "vLLM: port (default 8000)"),
+    (
+        "--api-key",
+        true,
+        "vLLM: require this Bearer token on /v1 (also VLLM_API_KEY)",
+    ),
+    (
+        "--max-num-queued-reqs",
+        true,
+        "vLLM: 503 beyond this many unfinished requests",
+    ),
+    (
+        "--max-num-queued-tokens",
+        true,
+        "vLLM: 503 once prefill backlog tokens reach this",
+    ),
+    (
+        "--enable-force-include-usage",
+        false,
+        "vLLM: usage on every stream",
+    ),
+    (
+        "--enable-prompt-tokens-details",
+        false,
+        "vLLM: usage.prompt_tokens_details.cached_tokens",
+    ),
+    (
+        "--response-role",
+        true,
+        "vLLM: role of chat replies (default assistant)",
+    ),
+    (
+        "--time-scale",
+        true,
+        "engine seconds per wall second (default 1; 0.1 = slow motion)",
+    ),
+    (
+        "--dcgm-port",
+        true,
+        "DCGM exporter listener port (default 9400, 0 = off)",
+    ),
+    (
+        "--fail-rate",
+        true,
+        "share of generation requests answered 500 (default 0)",
+    ),
+    (
+        "--slow-start",
+        true,
+        "wait this long (e.g. 20s) before listening, like model loading",
+    ),
+    (
+        "--echo",
+        false,
+        "generated text repeats the prompt instead of filler",
+    ),
+    (
+        "--max-request-body-bytes",
+        true,
+        "413 above this body size (default 32 MiB)",
+    ),
+];
+
+fn err(flag: &str, msg: impl std::fmt::Display) -> String {
+    format!("{flag}: {msg}")
+}
+
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.trim()
+        .parse()
+        .map_err(|_| err(flag, format!("{v:?} is not a valid number")))
+}
+
+/// Parse `serve`'s argv. Errors name the flag.
+pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, String> {
+    let mut rest = Vec::with_capacity(args.len());
+    let mut vals: Vec<(String, Option<String>)> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let raw = &args[i];
+        i += 1;
+        let (name, inline) = match raw.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (raw.clone(), None),
+        };
+        let norm = match name.strip_prefix("--") {
+            Some(r) => format!("--{}", r.replace('_', "-")),
+            None => name.clone(),
+        };
+        let Some(&(flag, takes, _)) = SERVE_FLAGS.iter().find(|f| f.0 == norm) else {
+            rest.push(raw.clone());
+            continue;
+        };
+        let v = if takes {
+            match inline {
+                Some(v) => Some(v),
+                None => {
+                    let Some(v) = args.get(i) else {
+                        return Err(err(flag, "expects a value"));
+                    };
+                    i += 1;
+                    Some(v.clone())
+                }
+            }
+        } else {
+            inline
+        };
+        vals.push((flag.to_string(), v));
+    }
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
+    let sim = parse_simulate_args(&rest, &read).map_err(|e| e.to_string())?;
+    let mut c = ServeConfig {
+        sim,
+        host: "127.0.0.1".into(),
+        port: 8000,
+        dcgm_port: Some(9400),
+        api_keys: Vec::new(),
+        time_scale: 1.0,
+        fail_rate: 0.0,
+        slow_start_s: 0.0,
+        echo: false,
+        max_body_bytes: 32 << 20,
+        max_num_queued_reqs: None,
+        max_num_queued_tokens: None,
+        enable_force_include_usage: false,
+        enable_prompt_tokens_details: false,
+        response_role: "assistant".into(),
+    };
+    for (f, v) in vals {
+        let v = v.unwrap_or_default();
+        let truthy = |v: &str| !matches!(v, "false" | "0" | "no" | "off");
+        match f.as_str() {
+            "--host" => c.host = v,
+            "--port" => c.port = num(&f, &v)?,
+            "--api-key" => c.api_keys.push(v),
+            "--max-num-queued-reqs" => c.max_num_queued_reqs = Some(num(&f, &v)?),
+            "--max-num-queued-tokens" => c.max_num_queued_tokens = Some(num(&f, &v)?),
+            "--enable-force-include-usage" => c.enable_force_include_usage = truthy(&v),
+            "--enable-prompt-tokens-details" => c.enable_prompt_tokens_details = truthy(&v),
+            "--response-role" => c.response_role = v,
+            "--time-scale" => {
+                let x: f64 = num(&f, &v)?;
+                if !(x.is_finite() && x > 0.0) {
+                    return Err(err(&f, "must be > 0"));
+                }
+                c.time_scale = x;
+            }
+            "--dcgm-port" => {
+                let p: u16 = num(&f, &v)?;
+                c.dcgm_port = (p != 0).then_some(p);
+            }
+            "--fail-rate" => {
+                let x: f64 = num(&f, &v)?;
+                if !(0.0..=1.0).contains(&x) {
+                    return Err(err(&f, "must be in [0, 1]"));
+                }
+                c.fail_rate = x;
+            }
+            "--slow-start" => {
+                c.slow_start_s = parse_duration_s(&f, &v).map_err(|e| e.to_string())?
+            }
+            "--echo" => c.echo = truthy(&v),
+            "--max-request-body-bytes" => c.max_body_bytes = num(&f, &v)?,
+            _ => {}
+        }
+    }
+    if c.api_keys.is_empty() {
+        if let Ok(k) = std::env::var("VLLM_API_KEY") {
+            if !k.is_empty() {
+                c.api_keys.push(k);
+            }
+        }
+    }
+    if c.sim.config.data_parallel_size > 1 {
+        c.sim.notes.push(
+            "--data-parallel-size: serve runs one engine (DP ranks are not modelled in real time)"
+                .into(),
+        );
+    }
+    Ok(c)
+}
+
+/// Why the server did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// vLLM itself would refuse (e.g. max_model_len does not fit): exit code 1.
+    Refused(String),
+    /// Bad configuration or a port that cannot be bound: exit code 2.
+    Config(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Refused(m) | StartError::Config(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A running server.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub dcgm_addr: Option<SocketAddr>,
+    pub state: Arc<AppState>,
+    pub startup: Startup,
+    /// Release-lateness samples (s) the engine recorded (bench, tests).
+    pub lateness: Arc<Mutex<Vec<f64>>>,
+    shutdown: Option<oneshot::Sender<()>>,
+    http: tokio::task::JoinHandle<()>,
+    engine: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Graceful shutdown: stop accepting, let in-flight requests finish (at most `grace`),
+    /// then stop the engine thread.
+    pub async fn shutdown(mut self, grace: Duration) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(grace, &mut self.http).await;
+        self.http.abort();
+        self.state.shutdown_engine();
+        if let Some(j) = self.engine.take() {
+            let _ = tokio::task::spawn_blocking(move || j.join()).await;
+        }
+    }
+}
+
+/// Plan memory, build the engine, bind the listeners and start serving.
+pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
+    let startup = match twin_sim::startup(&cfg.sim.config) {
+        Ok(s) => s,
+        Err(SimError::Cost(e)) => return Err(StartError::Refused(e.vllm_message())),
+        Err(e) => return Err(StartError::Config(e.to_string())),
+    };
+    let m = &cfg.sim.config;
+    let cost = CostModel::from_plan(&m.model, &m.gpu, &startup.plan)
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    let core = EngineCore::new(startup.scheduler.clone())
+        .map_err(|e| StartError::Config(format!("{}: {}", e.field, e.message)))?;
+    let tokenizer = Arc::new(Tokenizer::new().map_err(StartError::Config)?);
+    let mut runner = FillerRunner::new(m.seed);
+    if let Some(s) = &startup.plan.config.speculative {
+        runner.acceptance_per_position = (0..s.num_speculative_tokens as usize)
+            .map(|i| s.acceptance(i))
+            .collect();
+    }
+    if cfg.slow_start_s > 0.0 {
+        // Model loading and CUDA-graph capture: the port is not open yet, as with vLLM.
+        tokio::time::sleep(Duration::from_secs_f64(cfg.slow_start_s)).await;
+    }
+    let now_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let metrics = Arc::new(ServerMetrics::new(
+        &startup,
+        &cfg.sim.served_model_name,
+        cfg.sim.kv_cache_metrics,
+        now_unix,
+    ));
+    let r = &startup.plan.config;
+    let num_gpus = (r.tensor_parallel_size * r.pipeline_parallel_size) as usize;
+    let dcgm = Arc::new(Dcgm::new(
+        num_gpus,
+        m.gpu.device_name,
+        m.gpu.memory_bytes,
+        startup.plan.requested_memory_bytes
+            + (m.gpu
+                .memory_bytes
+                .saturating_sub(startup.plan.device_total_memory_bytes)),
+        m.gpu.idle_watts,
+    ));
+    let clock = EngineClock {
+        t0: Instant::now(),
+        scale: cfg.time_scale,
+    };
+    let counters = Arc::new(EngineCounters::default());
+    let lateness = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel();
+    let engine = EngineLoop::new(EngineParts {
+        core,
+        runner,
+        cost,
+        clock,
+        tokenizer: tokenizer.clone(),
+        metrics: metrics.clone(),
+        dcgm: dcgm.clone(),
+        counters: counters.clone(),
+        lateness: lateness.clone(),
+    });
+    let opts = ServeOptions {
+        served_model_name: cfg.sim.served_model_name.clone(),
+        model_root: cfg.sim.model_name.clone(),
+        max_model_len: startup.scheduler.max_model_len,
+        api_keys: cfg.api_keys.clone(),
+        max_num_queued_reqs: cfg.max_num_queued_reqs,
+        max_num_queued_tokens: cfg.max_num_queued_tokens,
+        enable_force_include_usage: cfg.enable_force_include_usage,
+        enable_prompt_tokens_details: cfg.enable_prompt_tokens_details,
+        response_role: if cfg.response_role == "assistant" {
+            "assistant"
+        } else {
+            // Leaked once per process: the role lives as long as the server.
+            Box::leak(cfg.response_role.clone().into_boxed_str())
+        },
+        echo: cfg.echo,
+        output_len: m.workload.output_len.clone(),
+        max_body_bytes: cfg.max_body_bytes,
+    };
+    let state = Arc::new(AppState::new(
+        opts,
+        tx,
+        tokenizer,
+        clock,
+        metrics,
+        dcgm.clone(),
+        counters,
+        ChaCha8Rng::seed_from_u64(m.seed ^ 0x5e27e),
+    ));
+    state.faults.fail_rate_ppm.store(
+        (cfg.fail_rate * 1e6).round() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let bind = |host: &str, port: u16| format!("{host}:{port}");
+    let listener = TcpListener::bind(bind(&cfg.host, cfg.port))
+        .await
+        .map_err(|e| {
+            StartError::Config(format!(
+                "--port {}: cannot bind {}:{}: {e}",
+                cfg.port, cfg.host, cfg.port
+            ))
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    let dcgm_listener = match cfg.dcgm_port {
+        Some(p) => Some(
+            TcpListener::bind(bind(&cfg.host, p))
+                .await
+                .map_err(|e| StartError::Config(format!("--dcgm-port {p}: cannot bind: {e}")))?,
+        ),
+        None => None,
+    };
+    let dcgm_addr = dcgm_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let engine_thread = std::thread::Builder::new()
+        .name("twin-engine".into())
+        .spawn(move || engine.run(rx))
+        .map_err(|e| StartError::Config(format!("cannot start the engine thread: {e}")))?;
+    let (stx, srx) = oneshot::channel::<()>();
+    let app = routes::router(state.clone());
+    let dcgm_app = routes::dcgm_router(dcgm);
+    let http = tokio::spawn(async move {
+        let (d_stop_tx, d_stop_rx) = oneshot::channel::<()>();
+        let dcgm_task = dcgm_listener.map(|l| {
+            tokio::spawn(async move {
+                let _ = axum::serve(l, dcgm_app)
+                    .with_graceful_shutdown(async {
+                        let _ = d_stop_rx.await;
+                    })
+                    .await;
+            })
+        });
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = srx.await;
+            })
+            .await;
+        let _ = d_stop_tx.send(());
+        if let Some(t) = dcgm_task {
+            let _ = t.await;
+        }
+    });
+    Ok(Running {
+        addr,
+        dcgm_addr,
+        state,
+        startup,
+        lateness,
+        shutdown: Some(stx),
+        http,
+        engine: Some(engine_thread),
+    })
+}

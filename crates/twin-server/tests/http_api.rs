@@ -1,0 +1,545 @@
+//! Every endpoint over real HTTP (reqwest), error shapes, and that the server stays up.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{base, serve, sse_payloads};
+use serde_json::{json, Value};
+
+const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_answer_like_vllm() {
+    let srv = serve("--max-model-len 4096 --output-len 16").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+
+    // /health, /ping, /version, /load
+    assert_eq!(
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        c.post(format!("{url}/ping")).send().await.unwrap().status(),
+        200
+    );
+    let v: Value = c
+        .get(format!("{url}/version"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v, json!({"version": "0.34.0"}));
+    let v: Value = c
+        .get(format!("{url}/load"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v, json!({"server_load": 0}));
+
+    // /v1/models
+    let v: Value = c
+        .get(format!("{url}/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0]["id"], MODEL);
+    assert_eq!(v["data"][0]["max_model_len"], 4096);
+    assert_eq!(v["data"][0]["owned_by"], "vllm");
+
+    // /tokenize + /detokenize round trip
+    let v: Value = c
+        .post(format!("{url}/tokenize"))
+        .json(&json!({"prompt": "Hello world", "return_token_strs": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["count"], 3, "{v}");
+    assert_eq!(v["max_model_len"], 4096);
+    assert_eq!(v["token_strs"][1], "Hello");
+    let toks = v["tokens"].clone();
+    let v: Value = c
+        .post(format!("{url}/detokenize"))
+        .json(&json!({"tokens": toks}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["prompt"], "Hello world");
+
+    // Non-streaming chat
+    let r = c
+        .post(format!("{url}/v1/chat/completions"))
+        .json(
+            &json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                      "max_tokens": 8, "ignore_eos": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: Value = r.json().await.unwrap();
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"), "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 8);
+    assert_eq!(
+        v["usage"]["total_tokens"].as_u64().unwrap(),
+        v["usage"]["prompt_tokens"].as_u64().unwrap() + 8
+    );
+    assert!(!v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+
+    // Non-streaming completion with token-id prompt, stop on EOS from --output-len 16
+    let v: Value = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 100}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"), "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 16);
+    assert_eq!(v["usage"]["prompt_tokens"], 4);
+
+    // min_tokens holds EOS back; stop strings cut the text
+    let v: Value = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 100, "min_tokens": 30}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 30, "{v}");
+    let v: Value = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 100, "ignore_eos": true, "stop": ["fox"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_eq!(v["choices"][0]["stop_reason"], "fox");
+    assert_eq!(v["choices"][0]["text"], "The quick brown ");
+
+    // /metrics: vLLM families, fixed content type whatever Accept says
+    let r = c
+        .get(format!("{url}/metrics"))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()["content-type"],
+        "text/plain; version=1.0.0; charset=utf-8"
+    );
+    let body = r.text().await.unwrap();
+    assert!(body.contains("vllm:generation_tokens_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"}")
+        || body.contains("vllm:generation_tokens_total{"), "{body}");
+    assert!(body.contains("vllm:request_success_total"), "{body}");
+    assert!(body.contains("vllm:time_to_first_token_seconds_bucket"));
+
+    // DCGM listener
+    let d = srv.dcgm_addr.expect("dcgm listener");
+    let body = c
+        .get(format!("http://{d}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for f in [
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "DCGM_FI_DEV_POWER_USAGE",
+    ] {
+        assert!(
+            body.contains(&format!("{f}{{gpu=\"0\",UUID=\"GPU-")),
+            "{f}: {body}"
+        );
+    }
+    assert!(body.contains("modelName=\"NVIDIA H100"), "{body}");
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_chunks_have_vllm_shapes() {
+    let srv = serve("--max-model-len 4096 --dcgm-port 0").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let r = c
+        .post(format!("{url}/v1/chat/completions"))
+        .json(
+            &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
+                      "ignore_eos": true, "stream": true,
+                      "stream_options": {"include_usage": true, "continuous_usage_stats": true}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let body = r.text().await.unwrap();
+    let p = sse_payloads(&body);
+    assert_eq!(p.last().unwrap(), "[DONE]", "{body}");
+    let chunks: Vec<Value> = p[..p.len() - 1]
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect();
+    // role chunk, 5 token chunks, usage chunk
+    assert_eq!(chunks.len(), 7, "{body}");
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    assert_eq!(chunks[0]["usage"]["completion_tokens"], 0);
+    assert!(chunks[0]
+        .as_object()
+        .unwrap()
+        .contains_key("prompt_token_ids"));
+    let id = chunks[0]["id"].as_str().unwrap();
+    assert!(id.starts_with("chatcmpl-"));
+    for (k, ch) in chunks[1..6].iter().enumerate() {
+        assert_eq!(ch["id"], id);
+        assert_eq!(ch["object"], "chat.completion.chunk");
+        assert_eq!(ch["usage"]["completion_tokens"], k + 1, "{ch}");
+        let fin = &ch["choices"][0]["finish_reason"];
+        if k == 4 {
+            assert_eq!(fin, "length");
+        } else {
+            assert!(fin.is_null());
+        }
+    }
+    let last = &chunks[6];
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"]["completion_tokens"], 5);
+    // Raw key order of a token chunk is pydantic's.
+    assert!(p[1].starts_with(r#"{"id":"chatcmpl-"#), "{}", p[1]);
+    assert!(
+        p[2].contains(r#""choices":[{"index":0,"delta":{"content":"#),
+        "{}",
+        p[2]
+    );
+
+    // Completions stream without usage: token chunks then [DONE].
+    let body = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "Hello", "max_tokens": 3, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let p = sse_payloads(&body);
+    assert_eq!(p.len(), 4, "{body}");
+    let v: Value = serde_json::from_str(&p[2]).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"));
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_have_vllm_shapes_and_the_server_stays_up() {
+    let srv = serve("--max-model-len 2048 --dcgm-port 0 --max-request-body-bytes 20000").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let post = |path: &str, body: String| {
+        c.post(format!("{url}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // Bad JSON
+    let r = post("/v1/completions", "{not json".into()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], 400);
+    assert_eq!(v["error"]["type"], "Bad Request");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("1 validation error"));
+    // Missing field
+    let r = post("/v1/chat/completions", "{}".into()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    // Unknown model: 404 NotFoundError, param model
+    let r = post(
+        "/v1/completions",
+        json!({"model": "nope", "prompt": "x"}).to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "NotFoundError");
+    assert_eq!(v["error"]["param"], "model");
+    assert_eq!(
+        v["error"]["message"],
+        format!("The model `nope` does not exist. Valid aliases: {MODEL}.")
+    );
+    // max_tokens too large
+    let r = post(
+        "/v1/completions",
+        json!({"prompt": "x", "max_tokens": 5000}).to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v,
+        json!({"error": {"message": "max_tokens=5000 cannot be greater than max_model_len=2048. Please request fewer output tokens.", "type": "BadRequestError", "param": "max_tokens", "code": 400}})
+    );
+    // Prompt too long
+    let long: Vec<u32> = (0..3000).map(|i| 1 + i % 9).collect();
+    let r = post("/v1/completions", json!({"prompt": long}).to_string())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "input_tokens");
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("This model's maximum context length is 2048 tokens. However, your prompt contains 3000 input tokens"));
+    // n > 1
+    let r = post(
+        "/v1/completions",
+        json!({"prompt": "x", "n": 2}).to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    // Unknown route, wrong method
+    let r = c.get(format!("{url}/nope")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"detail": "Not Found"})
+    );
+    let r = c.get(format!("{url}/v1/completions")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    // Body too large
+    let r = post("/v1/completions", "x".repeat(30_000)).await.unwrap();
+    assert_eq!(r.status(), 413);
+    // Still serving
+    let r = post(
+        "/v1/completions",
+        json!({"prompt": "x", "max_tokens": 2}).to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_guards_v1_only() {
+    let srv = serve("--api-key sekrit --dcgm-port 0").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let r = c.get(format!("{url}/v1/models")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"error": "Unauthorized"})
+    );
+    let r = c
+        .get(format!("{url}/v1/models"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .get(format!("{url}/v1/models"))
+        .bearer_auth("sekrit")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        c.get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_limit_rejects_with_503_and_counts() {
+    // Slow motion so the first request is still running when the second arrives.
+    let srv = serve("--max-num-queued-reqs 1 --time-scale 0.05 --dcgm-port 0").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let first = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 20, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "y", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], 503);
+    assert_eq!(v["error"]["type"], "Service Unavailable");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("The engine is currently busy"));
+    let body = c
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = body
+        .lines()
+        .find(|l| {
+            l.starts_with("vllm:admission_rejections_total{") && l.contains("max_num_queued_reqs")
+        })
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(line.ends_with(" 1.0"), "{line}");
+    drop(first);
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_toggle_and_fail_rate() {
+    let srv = serve("--fail-rate 1 --dcgm-port 0").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "InternalServerError");
+    let v: Value = c
+        .post(format!("{url}/twin/faults"))
+        .json(&json!({"fail_rate": 0.0, "unhealthy": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v, json!({"fail_rate": 0.0, "unhealthy": true}));
+    assert_eq!(
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    c.post(format!("{url}/twin/faults"))
+        .json(&json!({"unhealthy": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_long_max_model_len_refuses_to_start() {
+    let argv: Vec<String> = "--max-model-len 10000000"
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let cfg = twin_server::parse_serve_args(&argv).unwrap();
+    match twin_server::start(&cfg).await {
+        Err(twin_server::StartError::Refused(m)) => assert!(
+            m.contains("max_model_len") || m.contains("max model len"),
+            "{m}"
+        ),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("started"),
+    }
+    let argv: Vec<String> = vec!["--max-num-batched-token".into(), "8".into()];
+    let e = twin_server::parse_serve_args(&argv).unwrap_err();
+    assert!(e.contains("did you mean --max-num-batched-tokens"), "{e}");
+}

@@ -1,0 +1,112 @@
+//! Debian's Prometheus scrapes the twin while a bounded load runs; the PromQL increase of
+//! `vllm:generation_tokens_total` agrees with the tokens the load generator counted.
+//! Needs /usr/bin/prometheus (`apt-get install -y prometheus`); fails loudly without it.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::serve;
+use twin_server::bench::{self, BenchArgs};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_rate_matches_the_load_generator() {
+    let prom = std::env::var("TWIN_PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
+    assert!(
+        std::path::Path::new(&prom).exists(),
+        "{prom} not found: apt-get install -y prometheus (or set TWIN_PROMETHEUS)"
+    );
+    let srv = serve("--dcgm-port 0").await;
+    let dir = std::env::temp_dir().join(format!("twin-prom-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: twin\n    static_configs:\n      - targets: ['{}']\n",
+        srv.addr
+    );
+    std::fs::write(dir.join("prometheus.yml"), cfg).unwrap();
+    // A free port for Prometheus' own API on loopback.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(&prom)
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    let api = format!("http://127.0.0.1:{port}/api/v1");
+    let c = reqwest::Client::new();
+    let query = |q: String| {
+        let c = c.clone();
+        let api = api.clone();
+        async move {
+            let v: serde_json::Value = c
+                .get(format!("{api}/query"))
+                .query(&[("query", q)])
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            v["data"]["result"][0]["value"][1]
+                .as_str()?
+                .parse::<f64>()
+                .ok()
+        }
+    };
+    // Wait until Prometheus has scraped the idle server at least once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query("vllm:generation_tokens_total".into()).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "prometheus never scraped the twin"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let report = bench::run(BenchArgs {
+        url: format!("http://{}", srv.addr),
+        concurrency: 16,
+        num_requests: 96,
+        input_len: 64,
+        output_len: 64,
+        model: None,
+        api_key: None,
+        chat: false,
+        json: false,
+        timeout_s: 60.0,
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.failed, 0, "{:?}", report.errors);
+    let counted = report.total_output_tokens as f64;
+    assert_eq!(counted, 96.0 * 64.0);
+    // Two more scrapes after the load, then ask for the increase over the whole window.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let got = query("max_over_time(vllm:generation_tokens_total[5m]) - min_over_time(vllm:generation_tokens_total[5m])".into()).await;
+    let rate = query("rate(vllm:generation_tokens_total[5m])".into()).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let got = got.expect("PromQL answered");
+    assert_eq!(
+        got, counted,
+        "Prometheus saw {got} tokens, the load generator {counted}"
+    );
+    let rate = rate.expect("rate answered");
+    assert!(rate > 0.0, "rate {rate}");
+    srv.shutdown(Duration::from_secs(5)).await;
+}
