@@ -512,7 +512,7 @@ impl EngineLoop {
         self.counters
             .generated_tokens
             .fetch_add(it.num_generation_tokens, Ordering::Relaxed);
-        let sched = scheduler_stats(&outs.scheduler_stats);
+        let sched = scheduler_stats(&outs.scheduler_stats, None);
         // An IterationStats exists only when the batch carried request outputs.
         self.metrics.record(
             &sched,

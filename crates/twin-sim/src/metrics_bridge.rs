@@ -39,7 +39,8 @@ struct DcgmState {
     acc: Vec<[f64; 5]>,
 }
 
-fn finish_reason(r: FinishReason) -> ms::FinishReason {
+/// The engine's finish reason as the `finished_reason` label.
+pub fn finish_reason(r: FinishReason) -> ms::FinishReason {
     match r {
         FinishReason::Stop => ms::FinishReason::Stop,
         FinishReason::Length => ms::FinishReason::Length,
@@ -58,26 +59,7 @@ impl MetricsObserver {
         kv_cache_metrics: bool,
         scrape_interval_s: Option<f64>,
     ) -> Self {
-        let s = &startup.scheduler;
-        let mut cache_config = CacheConfigInfo::after_handshake(
-            (s.num_gpu_blocks * num_engines) as u64,
-            s.block_size as u64,
-            startup.plan.kv_cache_tokens,
-            s.max_model_len as u64,
-        );
-        cache_config.enable_prefix_caching = s.enable_prefix_caching;
-        cache_config.gpu_memory_utilization = Some(startup.plan.config.gpu_memory_utilization);
-        cache_config.cache_dtype = startup.plan.config.kv_cache_dtype.name().to_string();
-        let config = MetricsConfig {
-            served_model_name: served_model_name.to_string(),
-            max_model_len: s.max_model_len as u64,
-            engine_indexes: (0..num_engines as u32).collect(),
-            kv_cache_metrics,
-            num_speculative_tokens: (s.num_speculative_tokens > 0)
-                .then_some(s.num_speculative_tokens),
-            cache_config,
-            ..MetricsConfig::default()
-        };
+        let config = metrics_config(startup, served_model_name, num_engines, kv_cache_metrics);
         let gpu = twin_cost::gpu::lookup(startup.plan.gpu_key).ok();
         let gpus_per_engine = (startup.plan.config.tensor_parallel_size
             * startup.plan.config.pipeline_parallel_size)
@@ -258,51 +240,15 @@ impl Observer for MetricsObserver {
         }
         let Some(st) = &s.stats else { return };
         self.scrape_until(s.t_s);
-        let pcs = &st.prefix_cache_stats;
-        let sched = ms::SchedulerStats {
-            num_running_reqs: st.num_running_reqs as u64,
-            num_waiting_reqs: st.num_waiting_reqs as u64,
-            num_skipped_waiting_reqs: st.num_skipped_waiting_reqs as u64,
-            kv_cache_usage_frac: st.kv_cache_usage,
-            prefix_cache_stats: ms::PrefixCacheStats {
-                requests: pcs.requests,
-                queries: pcs.queries,
-                hits: pcs.hits,
-                preempted_requests: pcs.preempted_requests,
-                preempted_queries: pcs.preempted_queries,
-                preempted_hits: pcs.preempted_hits,
-                ..Default::default()
-            },
-            kv_cache_eviction_events: st
-                .kv_cache_eviction_events
-                .iter()
-                .map(|e| ms::KvCacheEvictionEvent {
-                    lifetime_s: e.lifetime_s,
-                    idle_s: e.idle_s,
-                    reuse_gaps_s: e.reuse_gaps_s.clone(),
-                })
-                .collect(),
-            perf_stats: self.mfu.then(|| {
-                let c = s.cost.as_ref();
-                ms::PerfStats {
-                    num_flops_per_gpu: c.map_or(0, |c| c.flops as u64),
-                    num_read_bytes_per_gpu: c.map_or(0, |c| c.bytes_read as u64),
-                    num_write_bytes_per_gpu: c.map_or(0, |c| c.bytes_written as u64),
-                }
-            }),
-            spec_decoding_stats: st
-                .spec_decoding_stats
-                .as_ref()
-                .map(|sd| ms::SpecDecodingStats {
-                    num_spec_tokens: sd.num_accepted_tokens_per_pos.len(),
-                    num_drafts: sd.num_drafts,
-                    num_draft_tokens: sd.num_draft_tokens,
-                    num_accepted_tokens: sd.num_accepted_tokens,
-                    num_accepted_tokens_per_pos: sd.num_accepted_tokens_per_pos.clone(),
-                    num_draft_tokens_per_pos: sd.num_draft_tokens_per_pos.clone(),
-                }),
-            ..Default::default()
-        };
+        let perf = self.mfu.then(|| {
+            let c = s.cost.as_ref();
+            ms::PerfStats {
+                num_flops_per_gpu: c.map_or(0, |c| c.flops as u64),
+                num_read_bytes_per_gpu: c.map_or(0, |c| c.bytes_read as u64),
+                num_write_bytes_per_gpu: c.map_or(0, |c| c.bytes_written as u64),
+            }
+        });
+        let sched = scheduler_stats(st, perf);
         // An IterationStats exists only when the batch carried request outputs.
         let iteration = if self.has_outputs[engine] || s.num_outputs > 0 {
             let it = &mut self.pending[engine];
@@ -317,5 +263,80 @@ impl Observer for MetricsObserver {
         let _ = self
             .recorder
             .record(Some(&sched), iteration.as_ref(), None, engine as u32);
+    }
+}
+
+/// vLLM's `SchedulerStats` (as `PrometheusStatLogger.record` takes it) from the engine's.
+pub fn scheduler_stats(
+    st: &twin_engine::SchedulerStats,
+    perf: Option<ms::PerfStats>,
+) -> ms::SchedulerStats {
+    let pcs = &st.prefix_cache_stats;
+    ms::SchedulerStats {
+        num_running_reqs: st.num_running_reqs as u64,
+        num_waiting_reqs: st.num_waiting_reqs as u64,
+        num_skipped_waiting_reqs: st.num_skipped_waiting_reqs as u64,
+        kv_cache_usage_frac: st.kv_cache_usage,
+        prefix_cache_stats: ms::PrefixCacheStats {
+            requests: pcs.requests,
+            queries: pcs.queries,
+            hits: pcs.hits,
+            preempted_requests: pcs.preempted_requests,
+            preempted_queries: pcs.preempted_queries,
+            preempted_hits: pcs.preempted_hits,
+            ..Default::default()
+        },
+        kv_cache_eviction_events: st
+            .kv_cache_eviction_events
+            .iter()
+            .map(|e| ms::KvCacheEvictionEvent {
+                lifetime_s: e.lifetime_s,
+                idle_s: e.idle_s,
+                reuse_gaps_s: e.reuse_gaps_s.clone(),
+            })
+            .collect(),
+        perf_stats: perf,
+        spec_decoding_stats: st
+            .spec_decoding_stats
+            .as_ref()
+            .map(|sd| ms::SpecDecodingStats {
+                num_spec_tokens: sd.num_accepted_tokens_per_pos.len(),
+                num_drafts: sd.num_drafts,
+                num_draft_tokens: sd.num_draft_tokens,
+                num_accepted_tokens: sd.num_accepted_tokens,
+                num_accepted_tokens_per_pos: sd.num_accepted_tokens_per_pos.clone(),
+                num_draft_tokens_per_pos: sd.num_draft_tokens_per_pos.clone(),
+            }),
+        ..Default::default()
+    }
+}
+
+/// The metrics configuration `vllm serve` registers for these engine(s): model name,
+/// bucket edges from max_model_len, spec-decode and residency families,
+/// `vllm:cache_config_info` after the start-up handshake.
+pub fn metrics_config(
+    startup: &Startup,
+    served_model_name: &str,
+    num_engines: usize,
+    kv_cache_metrics: bool,
+) -> MetricsConfig {
+    let s = &startup.scheduler;
+    let mut cache_config = CacheConfigInfo::after_handshake(
+        (s.num_gpu_blocks * num_engines) as u64,
+        s.block_size as u64,
+        startup.plan.kv_cache_tokens,
+        s.max_model_len as u64,
+    );
+    cache_config.enable_prefix_caching = s.enable_prefix_caching;
+    cache_config.gpu_memory_utilization = Some(startup.plan.config.gpu_memory_utilization);
+    cache_config.cache_dtype = startup.plan.config.kv_cache_dtype.name().to_string();
+    MetricsConfig {
+        served_model_name: served_model_name.to_string(),
+        max_model_len: s.max_model_len as u64,
+        engine_indexes: (0..num_engines as u32).collect(),
+        kv_cache_metrics,
+        num_speculative_tokens: (s.num_speculative_tokens > 0).then_some(s.num_speculative_tokens),
+        cache_config,
+        ..MetricsConfig::default()
     }
 }
