@@ -5,6 +5,9 @@ use crate::kv_cache::hashing::{hash_block, BlockHash, NONE_HASH};
 /// A token id. Real vocabularies fit comfortably in 31 bits.
 pub type TokenId = u32;
 
+/// Output slots reserved at creation; longer outputs grow the vector as usual.
+const MAX_RESERVED_OUTPUT_TOKENS: usize = 2048;
+
 /// The scheduler's stand-in for a draft token it has not seen yet (vLLM uses -1).
 pub const PLACEHOLDER_TOKEN_ID: TokenId = u32::MAX;
 
@@ -158,6 +161,9 @@ impl Request {
     pub(crate) fn new(new: NewRequest, seq: u64, block_size: usize, hash_blocks: bool) -> Self {
         let num_prompt_tokens = new.prompt_token_ids.len();
         let max_tokens = new.sampling.max_tokens;
+        let mut all_token_ids = new.prompt_token_ids;
+        // Room for the outputs up front: growing a long prompt's vector mid-decode copies it.
+        all_token_ids.reserve_exact(max_tokens.min(MAX_RESERVED_OUTPUT_TOKENS));
         let mut req = Request {
             request_id: new.request_id,
             arrival_time_s: new.arrival_time_s,
@@ -166,7 +172,7 @@ impl Request {
             status: RequestStatus::Waiting,
             sampling: new.sampling,
             max_tokens,
-            all_token_ids: new.prompt_token_ids,
+            all_token_ids,
             num_prompt_tokens,
             spec_token_ids: Vec::new(),
             num_computed_tokens: 0,

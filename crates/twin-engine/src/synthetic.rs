@@ -75,7 +75,10 @@ impl SyntheticModelRunner {
     /// The token at 0-based output `position`; never the stop token before `min_tokens`
     /// (vLLM's sampler masks stop tokens until then).
     fn token(&mut self, h: ReqHandle, position: usize, min_tokens: usize) -> TokenId {
-        if position + 1 >= min_tokens && self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n) {
+        if !self.stop_at.is_empty()
+            && position + 1 >= min_tokens
+            && self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n)
+        {
             return SYNTHETIC_STOP_TOKEN_ID;
         }
         // Never the stop token, never a placeholder.
@@ -99,13 +102,19 @@ impl ModelRunner for SyntheticModelRunner {
                 out.push(&[]);
                 continue;
             }
-            let r = sched.request(e.handle).expect("scheduled request is live");
-            // Position of the first token this step samples (in-flight ones included).
-            let k0 = r.num_output_tokens()
-                + r.num_output_placeholders
-                    .saturating_sub(1 + e.spec_range.len());
+            // Output positions matter only for requests told to stop early.
+            let (k0, min_tokens) =
+                if !self.stop_at.is_empty() && self.stop_at.contains_key(&e.handle) {
+                    let r = sched.request(e.handle).expect("scheduled request is live");
+                    // Position of the first token this step samples (in-flight ones included).
+                    let k0 = r.num_output_tokens()
+                        + r.num_output_placeholders
+                            .saturating_sub(1 + e.spec_range.len());
+                    (k0, r.sampling.min_tokens)
+                } else {
+                    (0, 0)
+                };
             self.toks.clear();
-            let min_tokens = r.sampling.min_tokens;
             let t = self.token(e.handle, k0, min_tokens);
             self.toks.push(t);
             for i in 0..e.spec_range.len() {
