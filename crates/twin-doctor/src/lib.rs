@@ -1,11 +1,213 @@
-//! twin-doctor: `vllm-twin doctor` (work in progress).
+//! twin-doctor: `vllm-twin doctor`. It reads a running vLLM's metrics (a `/metrics` URL
+//! scraped over a window, a Prometheus server's HTTP API, or saved scrapes), computes the
+//! seed article's eight panels the way PromQL would, classifies the bottleneck (compute,
+//! memory bandwidth, capacity), walks the seed's four playbook scenarios plus the failures
+//! users hit in practice (truncation, aborts, a hung engine, replica imbalance), and
+//! recommends vLLM flags that exist in the detected version. With `--verify` it fits a
+//! workload to what it saw, reconstructs the engine configuration, and runs the twin's
+//! simulator on the current configuration and on each recommendation, so every advice
+//! carries a predicted before/after instead of a guess. The pipeline is
+//! sources → panels → bottleneck / playbook → recommend → verify → render; each stage is a
+//! plain function over plain data, so tests can enter at any stage.
 
-pub mod cli {
-    use std::process::ExitCode;
+pub mod bottleneck;
+pub mod cli;
+pub mod http;
+pub mod panels;
+pub mod playbook;
+pub mod recommend;
+pub mod render;
+pub mod sources;
+pub mod verify;
+pub mod version;
 
-    /// `vllm-twin doctor URL | --prometheus URL | FILE...`.
-    pub fn doctor_main(_args: &[String]) -> ExitCode {
-        eprintln!("error: vllm-twin doctor is not built yet");
-        ExitCode::from(2)
+pub use panels::Signals;
+pub use playbook::{Finding, Severity};
+pub use sources::{Instance, Observation, Snapshot};
+
+/// Errors that stop a diagnosis: bad input or an unreachable source. Each names the file,
+/// URL or line it is about; the CLI maps every one to exit code 3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoctorError(pub String);
+
+impl std::fmt::Display for DoctorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
+}
+
+impl std::error::Error for DoctorError {}
+
+pub(crate) fn err<T>(msg: impl Into<String>) -> Result<T, DoctorError> {
+    Err(DoctorError(msg.into()))
+}
+
+use serde::Serialize;
+
+/// How to analyse (thresholds, hints, what to verify).
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub thresholds: playbook::Thresholds,
+    pub vllm_version: Option<String>,
+    /// `vllm serve` flags the server runs with (`--serve-args`).
+    pub serve_args: Vec<String>,
+    pub known: recommend::Known,
+    pub verify: bool,
+    pub hints: verify::Hints,
+}
+
+/// The whole answer; `--json` prints it (schema in docs/doctor.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct Diagnosis {
+    pub schema: &'static str,
+    pub source: String,
+    /// `ok`, `info`, `warning` or `critical`.
+    pub status: &'static str,
+    pub exit_code: u8,
+    pub version: version::VersionInfo,
+    pub server: sources::ServerInfo,
+    pub findings: Vec<Finding>,
+    pub bottlenecks: Vec<bottleneck::Bottleneck>,
+    pub panels: Vec<Signals>,
+    pub dcgm: Option<bottleneck::Dcgm>,
+    pub verify: Vec<verify::VerifyReport>,
+    pub thresholds: playbook::Thresholds,
+    pub notes: Vec<String>,
+}
+
+pub const SCHEMA: &str = "vllm-twin-doctor/1";
+
+/// Exit code for a worst severity: 0 ok/info, 1 warning, 2 critical (3 is input errors).
+pub fn exit_code(worst: Option<Severity>) -> u8 {
+    match worst {
+        Some(Severity::Critical) => 2,
+        Some(Severity::Warning) => 1,
+        _ => 0,
+    }
+}
+
+/// Panels, bottleneck, playbook, recommendations (and `--verify`) for an observation.
+pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
+    let mut notes = obs.notes.clone();
+    let first = obs
+        .instances
+        .iter()
+        .find_map(|i| i.snapshots.last())
+        .map(|s| s.scrape.clone())
+        .unwrap_or_default();
+    let exact = opts.vllm_version.clone().or(obs.server.version.clone());
+    let version = version::detect(exact.as_deref(), &first);
+    let mut known = opts.known.clone();
+    if known.max_model_len.is_none() {
+        known.max_model_len = obs.server.max_model_len;
+    }
+    let ctx = recommend::Ctx {
+        version: &version,
+        known: &known,
+    };
+    let dcgm = bottleneck::Dcgm::from_snapshots(&obs.dcgm);
+    let mut hints = opts.hints.clone();
+    if hints.gpu.is_none() {
+        hints.gpu = dcgm
+            .as_ref()
+            .and_then(|d| d.gpu_model.as_deref())
+            .and_then(gpu_from_dcgm);
+    }
+    if hints.num_requests == 0 {
+        hints.num_requests = 2000;
+    }
+    let mut findings = Vec::new();
+    let mut bottlenecks = Vec::new();
+    let mut panels = Vec::new();
+    let mut verifies = Vec::new();
+    for inst in &obs.instances {
+        let sig = panels::compute(&inst.name, &inst.snapshots, &panels::Selector::default());
+        if sig.counter_resets > 0 {
+            notes.push(format!("{}: {} counter reset(s) in the window (a restart?); increases count from each reset", inst.name, sig.counter_resets));
+        }
+        if sig.cumulative {
+            notes.push(format!(
+                "{}: one scrape only: values are averages since the server started, no rates",
+                inst.name
+            ));
+        }
+        let mut f = playbook::diagnose(&sig, &opts.thresholds, &ctx);
+        if sig.engines.len() > 1 {
+            let per: Vec<Signals> = sig
+                .engines
+                .iter()
+                .map(|e| {
+                    panels::compute(
+                        &inst.name,
+                        &inst.snapshots,
+                        &panels::Selector {
+                            labels: vec![("engine".into(), e.clone())],
+                        },
+                    )
+                })
+                .collect();
+            f.extend(playbook::imbalance(&per, "engine"));
+        }
+        let symptom = f.iter().any(|x| x.severity >= Severity::Warning);
+        bottlenecks.push(bottleneck::classify(&sig, dcgm.as_ref(), symptom));
+        if opts.verify && f.iter().any(|x| x.severity >= Severity::Warning) {
+            match verify::verify(
+                &sig,
+                &mut f,
+                &opts.thresholds,
+                &opts.serve_args,
+                &ctx,
+                &hints,
+            ) {
+                Ok(v) => verifies.push(v),
+                Err(e) => notes.push(format!("{}: {e}", inst.name)),
+            }
+        }
+        findings.extend(f);
+        panels.push(sig);
+    }
+    if panels.len() > 1 {
+        findings.extend(playbook::imbalance(&panels, "instance"));
+    }
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    let worst = findings.iter().map(|f| f.severity).max();
+    Diagnosis {
+        schema: SCHEMA,
+        source: obs.source.clone(),
+        status: match worst {
+            None => "ok",
+            Some(Severity::Info) => "info",
+            Some(Severity::Warning) => "warning",
+            Some(Severity::Critical) => "critical",
+        },
+        exit_code: exit_code(worst),
+        version,
+        server: obs.server.clone(),
+        findings,
+        bottlenecks,
+        panels,
+        dcgm,
+        verify: verifies,
+        thresholds: opts.thresholds.clone(),
+        notes,
+    }
+}
+
+/// `NVIDIA H200` → `h200`, `NVIDIA H100 80GB HBM3` → `h100-sxm`: the twin's catalog names.
+fn gpu_from_dcgm(model: &str) -> Option<String> {
+    let m = model.to_ascii_lowercase();
+    let table = [
+        ("h200", "h200"),
+        ("h100 pcie", "h100-pcie"),
+        ("h100", "h100-sxm"),
+        ("a100-sxm4-40gb", "a100-40gb"),
+        ("a100", "a100-80gb"),
+        ("l40s", "l40s"),
+        ("l4", "l4"),
+        ("b200", "b200"),
+    ];
+    table
+        .iter()
+        .find(|(k, _)| m.contains(k))
+        .map(|(_, v)| v.to_string())
 }

@@ -37,56 +37,97 @@ impl SplitMix64 {
     }
 }
 
-/// Deterministic tokens; optional early stops; spec-decode acceptance per position.
+/// Which token a request samples at an output position: the runner's only policy.
+pub trait TokenPlan {
+    /// Whether `h`'s tokens depend on its output position (the runner then works it out;
+    /// other requests skip the lookup).
+    fn needs_position(&self, h: ReqHandle) -> bool;
+    /// The token at 0-based output `position`. Plans must not sample a stop token before
+    /// `min_tokens` (vLLM's sampler masks stop tokens until then).
+    fn token(
+        &mut self,
+        h: ReqHandle,
+        position: usize,
+        min_tokens: usize,
+        rng: &mut SplitMix64,
+    ) -> TokenId;
+}
+
+/// Random tokens from the vocabulary; requests told to stop early sample the stop token.
 #[derive(Clone, Debug)]
-pub struct SyntheticModelRunner {
-    rng: SplitMix64,
+pub struct RandomTokens {
     /// Output length at which a request samples the stop token (absent: run to max_tokens).
     stop_at: HashMap<ReqHandle, usize>,
+    vocab_size: u32,
+}
+
+impl TokenPlan for RandomTokens {
+    fn needs_position(&self, h: ReqHandle) -> bool {
+        !self.stop_at.is_empty() && self.stop_at.contains_key(&h)
+    }
+
+    fn token(
+        &mut self,
+        h: ReqHandle,
+        position: usize,
+        min_tokens: usize,
+        rng: &mut SplitMix64,
+    ) -> TokenId {
+        if position + 1 >= min_tokens && self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n) {
+            return SYNTHETIC_STOP_TOKEN_ID;
+        }
+        // Never the stop token, never a placeholder.
+        3 + (rng.next_u64() % u64::from(self.vocab_size - 3)) as TokenId
+    }
+}
+
+/// A weightless model runner: tokens from a [`TokenPlan`], spec-decode drafts accepted
+/// position by position with caller-chosen probabilities.
+#[derive(Clone, Debug)]
+pub struct SyntheticModelRunner<P: TokenPlan = RandomTokens> {
+    pub plan: P,
+    rng: SplitMix64,
     /// Probability that draft position i is accepted given position i-1 was.
     pub acceptance_per_position: Vec<f64>,
-    vocab_size: u32,
     toks: Vec<TokenId>,
     last_sampled: Vec<ReqHandle>,
 }
 
-impl SyntheticModelRunner {
+impl SyntheticModelRunner<RandomTokens> {
     pub fn new(seed: u64, vocab_size: u32) -> Self {
-        SyntheticModelRunner {
-            rng: SplitMix64::new(seed),
-            stop_at: HashMap::new(),
-            acceptance_per_position: Vec::new(),
-            vocab_size: vocab_size.max(16),
-            toks: Vec::new(),
-            last_sampled: Vec::new(),
-        }
+        Self::with_plan(
+            seed,
+            RandomTokens {
+                stop_at: HashMap::new(),
+                vocab_size: vocab_size.max(16),
+            },
+        )
     }
 
     /// Make `h` sample the stop token as its `n`-th output token (1-based).
     pub fn stop_after(&mut self, h: ReqHandle, n: usize) {
-        self.stop_at.insert(h, n.max(1));
+        self.plan.stop_at.insert(h, n.max(1));
     }
 
     /// Forget a finished request.
     pub fn forget(&mut self, h: ReqHandle) {
-        self.stop_at.remove(&h);
-    }
-
-    /// The token at 0-based output `position`; never the stop token before `min_tokens`
-    /// (vLLM's sampler masks stop tokens until then).
-    fn token(&mut self, h: ReqHandle, position: usize, min_tokens: usize) -> TokenId {
-        if !self.stop_at.is_empty()
-            && position + 1 >= min_tokens
-            && self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n)
-        {
-            return SYNTHETIC_STOP_TOKEN_ID;
-        }
-        // Never the stop token, never a placeholder.
-        3 + (self.rng.next_u64() % u64::from(self.vocab_size - 3)) as TokenId
+        self.plan.stop_at.remove(&h);
     }
 }
 
-impl ModelRunner for SyntheticModelRunner {
+impl<P: TokenPlan> SyntheticModelRunner<P> {
+    pub fn with_plan(seed: u64, plan: P) -> Self {
+        SyntheticModelRunner {
+            plan,
+            rng: SplitMix64::new(seed),
+            acceptance_per_position: Vec::new(),
+            toks: Vec::new(),
+            last_sampled: Vec::new(),
+        }
+    }
+}
+
+impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
     fn execute_model(
         &mut self,
         sched: &Scheduler,
@@ -102,27 +143,27 @@ impl ModelRunner for SyntheticModelRunner {
                 out.push(&[]);
                 continue;
             }
-            // Output positions matter only for requests told to stop early.
-            let (k0, min_tokens) =
-                if !self.stop_at.is_empty() && self.stop_at.contains_key(&e.handle) {
-                    let r = sched.request(e.handle).expect("scheduled request is live");
+            let (k0, min_tokens) = match sched.request(e.handle) {
+                Some(r) if self.plan.needs_position(e.handle) => (
                     // Position of the first token this step samples (in-flight ones included).
-                    let k0 = r.num_output_tokens()
+                    r.num_output_tokens()
                         + r.num_output_placeholders
-                            .saturating_sub(1 + e.spec_range.len());
-                    (k0, r.sampling.min_tokens)
-                } else {
-                    (0, 0)
-                };
+                            .saturating_sub(1 + e.spec_range.len()),
+                    r.sampling.min_tokens,
+                ),
+                _ => (0, 0),
+            };
             self.toks.clear();
-            let t = self.token(e.handle, k0, min_tokens);
+            let t = self.plan.token(e.handle, k0, min_tokens, &mut self.rng);
             self.toks.push(t);
             for i in 0..e.spec_range.len() {
                 let p = self.acceptance_per_position.get(i).copied().unwrap_or(0.0);
                 if self.rng.next_f64() >= p {
                     break;
                 }
-                let t = self.token(e.handle, k0 + i + 1, min_tokens);
+                let t = self
+                    .plan
+                    .token(e.handle, k0 + i + 1, min_tokens, &mut self.rng);
                 self.toks.push(t);
             }
             out.push(&self.toks);

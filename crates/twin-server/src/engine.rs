@@ -24,7 +24,7 @@ use twin_metrics::stats as ms;
 
 use crate::dcgm::Dcgm;
 use crate::metrics::{finish_reason, scheduler_stats, ServerMetrics};
-use crate::runner::{FillerRunner, GenPlan};
+use crate::runner::{FillerRunner, FillerRunnerExt, GenPlan};
 use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 
 /// Engine time ↔ wall clock.

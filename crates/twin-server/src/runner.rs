@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use twin_engine::synthetic::SplitMix64;
-use twin_engine::{ModelRunner, ModelRunnerOutput, ReqHandle, Scheduler, SchedulerOutput, TokenId};
+use twin_engine::synthetic::{SplitMix64, SyntheticModelRunner, TokenPlan};
+use twin_engine::{ReqHandle, TokenId};
 
 /// How one request's output tokens are produced.
 #[derive(Clone, Debug)]
@@ -20,36 +20,24 @@ pub struct GenPlan {
     pub eos: TokenId,
 }
 
-#[derive(Debug)]
-pub struct FillerRunner {
+/// The per-request generation plans (the server's [`TokenPlan`]).
+#[derive(Debug, Default)]
+pub struct FillerPlans {
     plans: HashMap<ReqHandle, GenPlan>,
-    rng: SplitMix64,
-    /// Probability that draft position i is accepted given position i-1 was.
-    pub acceptance_per_position: Vec<f64>,
-    toks: Vec<TokenId>,
-    last_sampled: Vec<ReqHandle>,
 }
 
-impl FillerRunner {
-    pub fn new(seed: u64) -> Self {
-        FillerRunner {
-            plans: HashMap::new(),
-            rng: SplitMix64::new(seed),
-            acceptance_per_position: Vec::new(),
-            toks: Vec::new(),
-            last_sampled: Vec::new(),
-        }
+impl TokenPlan for FillerPlans {
+    fn needs_position(&self, h: ReqHandle) -> bool {
+        self.plans.contains_key(&h)
     }
 
-    pub fn plan(&mut self, h: ReqHandle, plan: GenPlan) {
-        self.plans.insert(h, plan);
-    }
-
-    pub fn forget(&mut self, h: ReqHandle) {
-        self.plans.remove(&h);
-    }
-
-    fn token(&self, h: ReqHandle, position: usize, min_tokens: usize) -> TokenId {
+    fn token(
+        &mut self,
+        h: ReqHandle,
+        position: usize,
+        min_tokens: usize,
+        _rng: &mut SplitMix64,
+    ) -> TokenId {
         let Some(p) = self.plans.get(&h) else {
             return 3;
         };
@@ -60,59 +48,26 @@ impl FillerRunner {
     }
 }
 
-impl ModelRunner for FillerRunner {
-    fn execute_model(
-        &mut self,
-        sched: &Scheduler,
-        so: &SchedulerOutput,
-        out: &mut ModelRunnerOutput,
-    ) {
-        self.last_sampled.clear();
-        if so.total_num_scheduled_tokens == 0 {
-            return;
-        }
-        for e in &so.scheduled {
-            if !e.samples {
-                out.push(&[]);
-                continue;
-            }
-            let Some(r) = sched.request(e.handle) else {
-                out.push(&[]);
-                continue;
-            };
-            // Position of the first token this step samples (in-flight ones included).
-            let k0 = r.num_output_tokens()
-                + r.num_output_placeholders
-                    .saturating_sub(1 + e.spec_range.len());
-            let min_tokens = r.sampling.min_tokens;
-            self.toks.clear();
-            let t = self.token(e.handle, k0, min_tokens);
-            self.toks.push(t);
-            for i in 0..e.spec_range.len() {
-                let p = self.acceptance_per_position.get(i).copied().unwrap_or(0.0);
-                if self.rng.next_f64() >= p {
-                    break;
-                }
-                let t = self.token(e.handle, k0 + i + 1, min_tokens);
-                self.toks.push(t);
-            }
-            out.push(&self.toks);
-            self.last_sampled.push(e.handle);
-        }
+/// The server's model runner: the engine's synthetic runner with filler-text plans.
+pub type FillerRunner = SyntheticModelRunner<FillerPlans>;
+
+/// Construct, plan and forget, as the engine loop uses them.
+pub trait FillerRunnerExt {
+    fn new(seed: u64) -> Self;
+    fn plan(&mut self, h: ReqHandle, plan: GenPlan);
+    fn forget(&mut self, h: ReqHandle);
+}
+
+impl FillerRunnerExt for FillerRunner {
+    fn new(seed: u64) -> Self {
+        SyntheticModelRunner::with_plan(seed, FillerPlans::default())
     }
 
-    fn take_draft_token_ids(
-        &mut self,
-        sched: &Scheduler,
-        drafts: &mut Vec<(ReqHandle, Vec<TokenId>)>,
-    ) {
-        let k = sched.config().num_speculative_tokens;
-        if k == 0 {
-            return;
-        }
-        for &h in &self.last_sampled {
-            // Only the number of drafts matters to the scheduler.
-            drafts.push((h, vec![3; k]));
-        }
+    fn plan(&mut self, h: ReqHandle, plan: GenPlan) {
+        self.plan.plans.insert(h, plan);
+    }
+
+    fn forget(&mut self, h: ReqHandle) {
+        self.plan.plans.remove(&h);
     }
 }

@@ -18,7 +18,7 @@ use crate::dcgm::Dcgm;
 use crate::engine::{EngineClock, EngineCounters, EngineLoop, EngineParts};
 use crate::metrics::ServerMetrics;
 use crate::routes::{self, AppState, ServeOptions};
-use crate::runner::FillerRunner;
+use crate::runner::{FillerRunner, FillerRunnerExt};
 use crate::tokenizer::Tokenizer;
 
 /// Everything `vllm-twin serve` was asked to do.

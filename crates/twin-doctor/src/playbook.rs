@@ -1,0 +1,836 @@
+//! The seed's four playbook scenarios (section 五, 第三步) with their branches, plus the
+//! failures users hit in practice: truncation by length, aborts, errors, a hung engine,
+//! replica imbalance. Each rule reads [`Signals`] and emits a [`Finding`] with a stable
+//! `id`, the evidence (values and thresholds), the cause in plain words and
+//! recommendations. Thresholds are the seed's where it gives one, else documented here.
+
+use serde::Serialize;
+
+use crate::panels::Signals;
+use crate::recommend::{round8, Ctx, Direction::*, Recommendation};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "INFO",
+            Severity::Warning => "WARNING",
+            Severity::Critical => "CRITICAL",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    Low,
+    Medium,
+    High,
+}
+
+/// One metric value against its threshold.
+#[derive(Clone, Debug, Serialize)]
+pub struct Evidence {
+    pub metric: String,
+    pub value: f64,
+    /// e.g. `> 1.0`; empty when the value is context, not a test.
+    pub threshold: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// Stable branch id (docs/doctor.md lists them).
+    pub id: &'static str,
+    /// The playbook scenario: `1` … `4`, or `extra`.
+    pub scenario: &'static str,
+    pub title: String,
+    pub severity: Severity,
+    pub confidence: Confidence,
+    pub instance: String,
+    pub evidence: Vec<Evidence>,
+    pub cause: String,
+    pub recommendations: Vec<Recommendation>,
+    /// Recommendations the twin predicts will not help (kept, with the prediction).
+    pub rejected: Vec<Recommendation>,
+    /// Whether the twin reproduced the symptom on the fitted workload (`--verify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reproduced: Option<bool>,
+}
+
+/// Where "high" starts. Defaults are interactive-chat SLOs; `--ttft-slo`, `--itl-slo`
+/// and `--tpot-slo` override them.
+#[derive(Clone, Debug, Serialize)]
+pub struct Thresholds {
+    /// TTFT P95 (the seed: P95 under 500 ms – 1 s).
+    pub ttft_p95_s: f64,
+    /// ITL P99: the stutter users feel.
+    pub itl_p99_s: f64,
+    /// Mean TPOT: overall generation speed.
+    pub tpot_mean_s: f64,
+    /// KV usage where the seed warns (0.85); the pool is "full" from 0.95.
+    pub kv_high: f64,
+    pub kv_full: f64,
+    /// Pseudo-saturation needs KV below this (the seed's example: 40%).
+    pub kv_low: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            ttft_p95_s: 1.0,
+            itl_p99_s: 0.1,
+            tpot_mean_s: 0.05,
+            kv_high: 0.85,
+            kv_full: 0.95,
+            kv_low: 0.7,
+        }
+    }
+}
+
+fn ev(metric: &str, value: f64, threshold: impl Into<String>) -> Evidence {
+    Evidence {
+        metric: metric.to_string(),
+        value,
+        threshold: threshold.into(),
+    }
+}
+
+/// Enough data to trust a latency finding?
+fn confidence(sig: &Signals, samples: f64) -> Confidence {
+    let long = sig.window_s.is_some_and(|w| w >= 30.0);
+    if sig.ttft_s.approximate || samples < 20.0 {
+        Confidence::Low
+    } else if sig.cumulative || !long || samples < 100.0 {
+        Confidence::Medium
+    } else {
+        Confidence::High
+    }
+}
+
+// One constructor keeps every rule's output uniform; the arguments are the finding's fields.
+#[allow(clippy::too_many_arguments)]
+fn finding(
+    id: &'static str,
+    scenario: &'static str,
+    title: &str,
+    severity: Severity,
+    confidence: Confidence,
+    sig: &Signals,
+    evidence: Vec<Evidence>,
+    cause: &str,
+    recommendations: Vec<Recommendation>,
+) -> Finding {
+    Finding {
+        id,
+        scenario,
+        title: title.to_string(),
+        severity,
+        confidence,
+        instance: sig.instance.clone(),
+        evidence,
+        cause: cause.to_string(),
+        recommendations,
+        rejected: Vec::new(),
+        reproduced: None,
+    }
+}
+
+fn sev_over(value: f64, limit: f64) -> Severity {
+    if value > 3.0 * limit {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    }
+}
+
+/// The inferred per-step token budget: steps pile up in the top bucket.
+pub fn inferred_token_budget(sig: &Signals) -> Option<f64> {
+    sig.step_tokens_top_bucket
+        .filter(|(le, share)| le.is_finite() && *share > 0.0)
+        .map(|(le, _)| le)
+}
+
+/// The token budget binds when no step ever carried more tokens than a cap that is
+/// smaller than the average prompt: each prompt went through several chunks.
+///
+/// Only for V0 servers (< 0.9): V1's `iteration_tokens_total` observes a request's whole
+/// prompt at its first output, not the chunk a step scheduled, so its buckets cannot show
+/// the budget there (docs/doctor.md); `--serve-args` or the twin (`--verify`) must.
+pub fn budget_bound(sig: &Signals, ctx: &Ctx) -> Option<f64> {
+    if let Some(b) = ctx.known.num("--max-num-batched-tokens") {
+        return (b < sig.mean_input_len?).then_some(b);
+    }
+    if ctx.version.has(crate::version::Version(0, 9, 2)) != Some(false) {
+        return None;
+    }
+    let mean_in = sig.mean_input_len?;
+    inferred_token_budget(sig).filter(|cap| {
+        *cap < mean_in
+            && sig
+                .step_tokens_top_bucket
+                .is_some_and(|(_, share)| share >= 0.02)
+    })
+}
+
+/// `max_model_len`: given, else the top finite `request_prompt_tokens` bucket (vLLM builds
+/// those 1-2-5 buckets up to max_model_len, so it is a lower bound).
+pub fn max_model_len(sig: &Signals, ctx: &Ctx) -> Option<(f64, bool)> {
+    if let Some(m) = ctx.known.max_model_len {
+        return Some((m as f64, true));
+    }
+    sig.prompt_len_hist
+        .iter()
+        .rev()
+        .find(|(le, _)| le.is_finite())
+        .map(|(le, _)| (*le, false))
+}
+
+/// Run every rule on one instance.
+pub fn diagnose(sig: &Signals, th: &Thresholds, ctx: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    scenario1_ttft(sig, th, ctx, &mut out);
+    scenario2_itl(sig, th, ctx, &mut out);
+    scenario3_preemption(sig, th, ctx, &mut out);
+    scenario4_autoscale(sig, th, ctx, &mut out);
+    extras(sig, ctx, &mut out);
+    out
+}
+
+fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
+    let Some(ttft95) = sig.ttft_s.p95 else { return };
+    if ttft95 <= th.ttft_p95_s {
+        return;
+    }
+    let conf = confidence(sig, sig.ttft_s.count);
+    let sev = sev_over(ttft95, th.ttft_p95_s);
+    let itl99 = sig.itl_s.p99.unwrap_or(0.0);
+    let mut base = vec![ev("ttft_p95_s", ttft95, format!("> {}", th.ttft_p95_s))];
+    base.push(ev(
+        "itl_p99_s",
+        itl99,
+        format!("normal if <= {}", th.itl_p99_s),
+    ));
+    let q = sig.queue_s.mean.unwrap_or(0.0);
+    let p = sig.prefill_s.mean.unwrap_or(0.0);
+    base.push(ev("queue_mean_s", q, ""));
+    base.push(ev("prefill_mean_s", p, ""));
+    let kv = sig.kv_usage.as_ref();
+    let kv_mean = kv.map(|g| g.mean).unwrap_or(0.0);
+    let kv_max = kv.map(|g| g.max).unwrap_or(0.0);
+    let waiting = sig.waiting.as_ref().map(|g| g.mean).unwrap_or(0.0);
+    if q >= p {
+        // Branch A: the request waits to be admitted.
+        let mut e = base.clone();
+        e.push(ev("queue_share_of_ttft", q / (q + p).max(1e-9), ">= 0.5"));
+        e.push(ev("kv_usage_max", kv_max, ""));
+        e.push(ev("waiting_mean", waiting, ""));
+        let running = sig.running.clone().unwrap_or_default();
+        if kv_max >= th.kv_full || kv_mean >= th.kv_high {
+            let mut recs = Vec::new();
+            let ex = [
+                ("queue_mean_s", Down),
+                ("ttft_p95_s", Down),
+                ("kv_usage_mean", Down),
+            ];
+            recs.extend(ctx.kv_fp8(sig, &ex));
+            recs.extend(ctx.raise_gmu(sig, &ex));
+            recs.push(ctx.scale_out(sig, &ex));
+            e.push(ev(
+                "kv_usage",
+                kv_max.max(kv_mean),
+                format!("max >= {} or mean >= {}", th.kv_full, th.kv_high),
+            ));
+            out.push(finding(
+                "ttft-queue-kv-full",
+                "1",
+                "TTFT high: requests queue because the KV pool is full",
+                sev,
+                conf,
+                sig,
+                e,
+                "Queue time dominates TTFT and the KV-cache block pool is (nearly) full: new requests cannot get blocks until running ones finish.",
+                recs,
+            ));
+        } else if running.share_at_max >= 0.6
+            && running.max >= 1.0
+            && waiting >= 1.0
+            && kv_mean < th.kv_low
+            // "Memory and compute are free": a plateau with slow steps is compute
+            // saturation (steps full of prefill), not a cap.
+            && sig.tpot_s.mean.or(sig.itl_s.p50).is_none_or(|t| t <= th.tpot_mean_s)
+        {
+            let pinned = running.max;
+            let room = if kv_mean > 0.0 { 0.8 / kv_mean } else { 8.0 };
+            let to = round8((pinned * room.clamp(2.0, 8.0)).max(pinned * 2.0));
+            e.push(ev(
+                "running_share_at_max",
+                running.share_at_max,
+                ">= 0.6 (flat line)",
+            ));
+            e.push(ev("running_max", pinned, ""));
+            e.push(ev("kv_usage_mean", kv_mean, format!("< {}", th.kv_low)));
+            e.push(ev(
+                "tpot_mean_s",
+                sig.tpot_s.mean.unwrap_or(0.0),
+                format!("<= {} (compute has headroom)", th.tpot_mean_s),
+            ));
+            out.push(finding(
+                "ttft-queue-pseudo-saturation",
+                "1",
+                &format!("TTFT high: pseudo-saturation, running pinned at {pinned:.0} with KV mostly free"),
+                sev,
+                conf,
+                sig,
+                e,
+                "num_requests_running is a flat line at a cap while KV usage is low and requests wait: --max-num-seqs (or --max-num-active-seqs) is set too conservatively and keeps requests out although memory and compute are free.",
+                ctx.raise_seqs(pinned, to),
+            ));
+        } else if let Some(f) = token_budget_finding(sig, ctx, &e, sev, conf) {
+            // A small budget also shows up as queueing: prefill chunks use the whole
+            // budget, so new requests are not even scheduled.
+            out.push(f);
+        } else {
+            let ex = [("queue_mean_s", Down), ("ttft_p95_s", Down)];
+            out.push(finding(
+                "ttft-queue-overload",
+                "1",
+                "TTFT high: requests queue because arrivals exceed throughput",
+                sev,
+                conf,
+                sig,
+                e,
+                "Queue time dominates TTFT, yet neither the KV pool nor a sequence cap is binding: the engine is busy all the time and arrivals outpace it (compute saturation).",
+                vec![ctx.scale_out(sig, &ex)],
+            ));
+        }
+        return;
+    }
+    // Branch B: admitted quickly, computed slowly.
+    let mean_in = sig.mean_input_len.unwrap_or(0.0);
+    let p90_in = sig.prompt_len_p90.unwrap_or(mean_in);
+    let mut named = false;
+    if let Some(f) = token_budget_finding(sig, ctx, &base, sev, conf) {
+        out.push(f);
+        named = true;
+    }
+    let hit = sig.prefix_hit_rate;
+    let caching_off = sig.cache_bool("enable_prefix_caching") == Some(false);
+    if mean_in >= 1000.0 && (caching_off || hit.is_some_and(|h| h < 0.1)) {
+        let mut e = base.clone();
+        e.push(ev("prefix_hit_rate", hit.unwrap_or(0.0), "< 0.1"));
+        e.push(ev("mean_input_len", mean_in, ">= 1000"));
+        let mut recs = Vec::new();
+        if caching_off {
+            if let Some(mut r) = ctx.flag(
+                "--enable-prefix-caching",
+                None,
+                String::new(),
+                &[("prefill_mean_s", Down), ("ttft_p95_s", Down)],
+            ) {
+                r.sim_args.clear();
+                r.not_simulable =
+                    Some("with caching off the metrics cannot tell how much prompts share");
+                recs.push(r);
+            }
+        }
+        recs.push(ctx.action(
+            "route by prefix hash or session id (consistent hashing) instead of round-robin",
+            &[("prefix_hit_rate", Up), ("prefill_mean_s", Down)],
+            "routing across replicas is outside one engine",
+        ));
+        out.push(finding(
+            "ttft-prefill-prefix-miss",
+            "1",
+            "TTFT high: long prompts miss the prefix cache",
+            sev,
+            conf,
+            sig,
+            e,
+            "Prefill dominates TTFT and long prompts are recomputed: the prefix cache is off or rarely hit, typically because a round-robin load balancer scatters sessions and shared system prompts over replicas.",
+            recs,
+        ));
+        named = true;
+    }
+    let long = p90_in >= 8000.0 || mean_in >= 4000.0;
+    if long {
+        let mut e = base.clone();
+        e.push(ev("mean_input_len", mean_in, ">= 4000 or p90 >= 8000"));
+        e.push(ev("prompt_len_p90", p90_in, ""));
+        let recs = vec![ctx.action(
+            "send long-context requests to a dedicated pool (or P/D disaggregation); cap prompt length at the gateway",
+            &[("prefill_mean_s", Down), ("ttft_p95_s", Down)],
+            "routing and client limits are outside one engine",
+        )];
+        out.push(finding(
+            "ttft-prefill-long-prompts",
+            "1",
+            "TTFT high: prefill of long prompts dominates",
+            sev,
+            conf,
+            sig,
+            e,
+            "Requests are admitted quickly but their prompts take long to compute: the prompts are long (compute-bound prefill).",
+            recs,
+        ));
+    } else if !named {
+        let mut e = base;
+        e.push(ev("mean_input_len", mean_in, "< 4000 (not long)"));
+        e.push(ev("decode_share", sig.decode_share.unwrap_or(0.0), ""));
+        let ex = [("prefill_mean_s", Down), ("ttft_p95_s", Down)];
+        out.push(finding(
+            "ttft-prefill-compute",
+            "1",
+            "TTFT high: prefill is slow although prompts are short",
+            sev,
+            conf,
+            sig,
+            e,
+            "Prefill dominates TTFT without long prompts, a small budget or cache misses: each step is slow (a big batch, a slow GPU), so the prefill chunks wait behind it. The seed's compute-bound remedies apply: FP8 (W8A8) weights, more or faster GPUs.",
+            vec![ctx.scale_out(sig, &ex)],
+        ));
+    }
+}
+
+fn token_budget_finding(
+    sig: &Signals,
+    ctx: &Ctx,
+    base: &[Evidence],
+    sev: Severity,
+    conf: Confidence,
+) -> Option<Finding> {
+    let cap = budget_bound(sig, ctx)?;
+    Some(token_budget_finding_for(
+        sig,
+        ctx,
+        base,
+        sev,
+        conf,
+        cap,
+        "from the configuration",
+    ))
+}
+
+/// The token-budget finding for a known or inferred budget `cap`.
+pub fn token_budget_finding_for(
+    sig: &Signals,
+    ctx: &Ctx,
+    base: &[Evidence],
+    sev: Severity,
+    conf: Confidence,
+    cap: f64,
+    how: &str,
+) -> Finding {
+    let mean_in = sig.mean_input_len.unwrap_or(0.0);
+    let p90_in = sig.prompt_len_p90.unwrap_or(mean_in);
+    let share = sig.step_tokens_top_bucket.map(|x| x.1).unwrap_or(0.0);
+    let from = ctx.known.num("--max-num-batched-tokens").unwrap_or(cap);
+    let to = p90_in.max(2.0 * from).clamp(2048.0, 8192.0).max(2.0 * from);
+    let to = to.log2().ceil().exp2() as u64;
+    let mut e = base.to_vec();
+    e.push(ev(
+        "max_num_batched_tokens",
+        cap,
+        format!("< mean prompt {mean_in:.0} ({how})"),
+    ));
+    if share > 0.0 && how == "from the configuration" {
+        e.push(ev("share_of_steps_in_top_bucket", share, ""));
+    }
+    e.push(ev("mean_input_len", mean_in, ""));
+    finding(
+        "ttft-prefill-token-budget",
+        "1",
+        "TTFT high: prefill split into many steps by a small token budget",
+        sev,
+        conf,
+        sig,
+        e,
+        "Steps never carry more tokens than a cap smaller than the prompts: --max-num-batched-tokens forces each prompt through many chunks, stretching prefill and holding new requests back.",
+        ctx.flag(
+            "--max-num-batched-tokens",
+            Some(format!("{from:.0}")),
+            to.to_string(),
+            &[("ttft_p95_s", Down), ("prefill_mean_s", Down), ("itl_p99_s", Up)],
+        )
+        .into_iter()
+        .collect(),
+    )
+}
+
+fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
+    let Some(itl99) = sig.itl_s.p99 else { return };
+    let tpot = sig.tpot_s.mean.or(sig.itl_s.mean).unwrap_or(0.0);
+    let itl50 = sig.itl_s.p50.unwrap_or(0.0);
+    let conf = confidence(sig, sig.itl_s.count);
+    if tpot > th.tpot_mean_s {
+        // Branch B: everything is slow, not only the tail.
+        let running = sig.running.as_ref().map(|g| g.mean).unwrap_or(0.0);
+        let e = vec![
+            ev("tpot_mean_s", tpot, format!("> {}", th.tpot_mean_s)),
+            ev("itl_p50_s", itl50, ""),
+            ev("itl_p99_s", itl99, ""),
+            ev("running_mean", running, ""),
+            ev("decode_share", sig.decode_share.unwrap_or(0.0), ""),
+        ];
+        let ex = [("tpot_mean_s", Down), ("itl_p99_s", Down)];
+        let mut recs: Vec<Recommendation> = ctx.kv_fp8(sig, &ex).into_iter().collect();
+        // The seed's first remedy also names weight quantization: at small batches the
+        // weights, not the KV, are most of the bytes each decode step reads.
+        if ctx.known.get("--quantization").is_none() {
+            recs.extend(ctx.flag("--quantization", None, "fp8".into(), &ex).map(|mut r| {
+                r.caveat = Some("needs FP8 support (Ada, Hopper or newer) or a pre-quantized checkpoint; check accuracy".into());
+                r
+            }));
+        }
+        if running >= 8.0 {
+            recs.extend(ctx.cap_seqs(
+                round8(running * 0.6),
+                &[("tpot_mean_s", Down), ("queue_mean_s", Up)],
+            ));
+        }
+        recs.push(ctx.scale_out(sig, &ex));
+        out.push(finding(
+            "itl-bandwidth-saturation",
+            "2",
+            "Streaming slow overall: decode saturates HBM bandwidth",
+            sev_over(tpot, th.tpot_mean_s),
+            conf,
+            sig,
+            e,
+            "TPOT and the ITL median are both high: so many running requests (or such long contexts) share each decode step that reading weights and KV saturates memory bandwidth.",
+            recs,
+        ));
+        return;
+    }
+    if itl99 > th.itl_p99_s && itl99 >= 3.0 * itl50.max(1e-6) {
+        let e = vec![
+            ev("itl_p99_s", itl99, format!("> {}", th.itl_p99_s)),
+            ev(
+                "itl_p50_s",
+                itl50,
+                format!("p99 >= 3x p50 ({:.1}x)", itl99 / itl50.max(1e-9)),
+            ),
+            ev("tpot_mean_s", tpot, format!("<= {} (fine)", th.tpot_mean_s)),
+            ev("prompt_len_p90", sig.prompt_len_p90.unwrap_or(0.0), ""),
+        ];
+        let ex = [("itl_p99_s", Down), ("ttft_p95_s", Up)];
+        let mut recs = Vec::new();
+        let budget = ctx
+            .known
+            .num("--max-num-batched-tokens")
+            .or_else(|| inferred_token_budget(sig));
+        // Unknown budget: steps above 2048 tokens show it is larger than 2048.
+        let top = sig
+            .step_tokens_top_bucket
+            .map(|x| x.0)
+            .filter(|le| le.is_finite());
+        if budget.or(top).is_some_and(|b| b > 2048.0) {
+            recs.extend(ctx.flag(
+                "--max-num-batched-tokens",
+                budget.map(|b| format!("{b:.0}")),
+                "2048".into(),
+                &ex,
+            ));
+        }
+        recs.extend(
+            ctx.flag(
+                "--long-prefill-token-threshold",
+                ctx.known
+                    .get("--long-prefill-token-threshold")
+                    .map(str::to_string),
+                "1024".into(),
+                &ex,
+            ),
+        );
+        out.push(finding(
+            "itl-prefill-interference",
+            "2",
+            "Streaming stutters: prefill chunks interfere with decode",
+            sev_over(itl99, th.itl_p99_s),
+            conf,
+            sig,
+            e,
+            "TPOT is fine but the ITL tail is bad: steps that carry a large prefill chunk take long, and every decoding request in that step waits (prefill interference, periodic stutter).",
+            recs,
+        ));
+    }
+}
+
+fn scenario3_preemption(sig: &Signals, _th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
+    if sig.preemptions <= 0.0 {
+        return;
+    }
+    let finished = sig.requests_finished.max(1.0);
+    let per_req = sig.preemptions / finished;
+    let kv_max = sig.kv_usage.as_ref().map(|g| g.max).unwrap_or(0.0);
+    let sev = if per_req >= 0.05 || kv_max >= 0.98 {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let mut e = vec![
+        ev("preemptions", sig.preemptions, "> 0 (the seed: must be 0)"),
+        ev(
+            "preemptions_per_finished_request",
+            per_req,
+            "critical >= 0.05",
+        ),
+        ev("kv_usage_max", kv_max, ""),
+    ];
+    if let Some(r) = sig.preemptions_per_s {
+        e.push(ev("preemptions_per_s", r, "> 0"));
+    }
+    // How many requests the pool holds at their final length, with 10% slack.
+    let block = sig.cache_u64("block_size").unwrap_or(16) as f64;
+    let blocks = sig.cache_u64("num_gpu_blocks").map(|b| b as f64);
+    let per_req_tokens = sig.mean_input_len.unwrap_or(0.0) + sig.mean_output_len.unwrap_or(0.0);
+    let peak = sig.running.as_ref().map(|g| g.max).unwrap_or(0.0);
+    let fit = match blocks {
+        Some(b) if per_req_tokens > 0.0 => 0.9 * b * block / per_req_tokens,
+        _ => 0.75 * peak,
+    };
+    let to = round8(fit.min((peak - 1.0).max(8.0)).max(8.0) - 7.0).max(8);
+    let ex = [("preemptions", ToZero), ("queue_mean_s", Up)];
+    let mut recs: Vec<Recommendation> = ctx.cap_seqs(to, &ex).into_iter().collect();
+    let ex2 = [("preemptions", ToZero), ("kv_usage_mean", Down)];
+    recs.extend(ctx.kv_fp8(sig, &ex2));
+    recs.extend(ctx.raise_gmu(sig, &ex2));
+    recs.push(ctx.action(
+        "cap max_tokens at the gateway so a runaway generation cannot grow one request to tens of thousands of tokens",
+        &[("preemptions", Down)],
+        "client request limits are outside the engine",
+    ));
+    out.push(finding(
+        "kv-preemption",
+        "3",
+        "Preemptions: the KV pool is overrun",
+        sev,
+        if sig.cumulative { Confidence::Medium } else { Confidence::High },
+        sig,
+        e,
+        "Running requests grew until the KV-cache block pool ran out, so the scheduler evicted some and will recompute them: throughput drops and latency jitters.",
+        recs,
+    ));
+}
+
+fn scenario4_autoscale(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
+    let kv = sig.kv_usage.as_ref().map(|g| g.mean).unwrap_or(0.0);
+    let w = sig.waiting.clone().unwrap_or_default();
+    let window = sig.window_s.unwrap_or(0.0);
+    // The seed's triggers: KV > 0.65, or waiting > 3 sustained 15-30 s.
+    let kv_fires = kv > 0.65;
+    let wait_fires = w.min > 3.0 && window >= 15.0 || (sig.cumulative && w.last > 3.0);
+    if !(kv_fires || wait_fires) {
+        return;
+    }
+    let e = vec![
+        ev("kv_usage_mean", kv, "> 0.65"),
+        ev("waiting_min", w.min, "> 3 for 15-30 s"),
+        ev("window_s", window, ""),
+    ];
+    let _ = th;
+    out.push(finding(
+        "autoscale-signal",
+        "4",
+        "Autoscaling: the seed's scale-out trigger fires",
+        Severity::Info,
+        Confidence::Medium,
+        sig,
+        e,
+        "Scale on vllm:kv_cache_usage_perc > 0.65 or vllm:num_requests_waiting > 3 sustained for 15-30 s. Never on CPU, DCGM_FI_DEV_GPU_UTIL (always high) or DCGM_FI_DEV_FB_USED (full from start-up).",
+        vec![ctx.scale_out(sig, &[("queue_mean_s", Down), ("kv_usage_mean", Down)])],
+    ));
+}
+
+fn extras(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {
+    let finished = sig.requests_finished;
+    if let (Some(len_share), Some((mml, exact))) =
+        (sig.finish_share("length"), max_model_len(sig, ctx))
+    {
+        let p90 = sig.prompt_len_p90.unwrap_or(0.0) + sig.gen_len_p90.unwrap_or(0.0);
+        let mean = sig.mean_input_len.unwrap_or(0.0) + sig.mean_output_len.unwrap_or(0.0);
+        // Outputs ending by `length` while prompt + output reach max_model_len: the context
+        // limit, not the client's max_tokens, cut them.
+        if finished >= 10.0 && len_share >= 0.2 && (p90 >= 0.8 * mml || mean >= 0.6 * mml) {
+            let e = vec![
+                ev("finish_length_share", len_share, ">= 0.2"),
+                ev(
+                    "prompt_p90_plus_output_p90",
+                    p90,
+                    format!(
+                        ">= 0.8 x max_model_len {mml:.0}{}",
+                        if exact {
+                            ""
+                        } else {
+                            " (lower bound from buckets)"
+                        }
+                    ),
+                ),
+                ev("mean_prompt_plus_output", mean, ""),
+            ];
+            let to = ((mml * 2.0).log2().ceil()).exp2() as u64;
+            let mut recs: Vec<Recommendation> = ctx
+                .flag("--max-model-len", Some(format!("{mml:.0}")), to.to_string(), &[("length_share", Down)])
+                .into_iter()
+                .map(|mut r| {
+                    r.sim_args.clear();
+                    r.not_simulable = Some("the twin forces output lengths, so it cannot tell natural from forced stops");
+                    r.caveat = Some("only if the model supports it and the KV pool fits one request of that length".into());
+                    r
+                })
+                .collect();
+            recs.push(ctx.action(
+                "trim prompts (history, retrieved context) or lower max_tokens so prompt + output fits",
+                &[("length_share", Down)],
+                "client behaviour is outside the engine",
+            ));
+            out.push(finding(
+                "length-truncation",
+                "extra",
+                "Outputs truncated by max_model_len",
+                if len_share >= 0.5 { Severity::Critical } else { Severity::Warning },
+                if exact { Confidence::High } else { Confidence::Medium },
+                sig,
+                e,
+                "Many requests end with finish_reason=length while prompt + output reach the context limit: answers are cut off by --max-model-len.",
+                recs,
+            ));
+        }
+    }
+    if let Some(abort) = sig
+        .finish_share("abort")
+        .filter(|a| *a >= 0.05 && finished >= 10.0)
+    {
+        out.push(finding(
+            "aborts",
+            "extra",
+            "Clients abort requests",
+            if abort >= 0.2 { Severity::Critical } else { Severity::Warning },
+            Confidence::Medium,
+            sig,
+            vec![
+                ev("finish_abort_share", abort, ">= 0.05"),
+                ev("ttft_p95_s", sig.ttft_s.p95.unwrap_or(0.0), ""),
+                ev("e2e_p95_s", sig.e2e_s.p95.unwrap_or(0.0), ""),
+            ],
+            "Requests end with finish_reason=abort: clients disconnect or time out, usually because TTFT or E2E latency exceeds their timeout (see the latency findings), or a gateway timeout is too short.",
+            vec![ctx.action("compare client/gateway timeouts with E2E P95; fix the latency findings first", &[], "client behaviour is outside the engine")],
+        ));
+    }
+    if let Some(e_share) = sig
+        .finish_share("error")
+        .filter(|a| *a >= 0.01 && finished >= 10.0)
+    {
+        out.push(finding(
+            "errors",
+            "extra",
+            "Requests end in errors",
+            Severity::Warning,
+            Confidence::Medium,
+            sig,
+            vec![ev("finish_error_share", e_share, ">= 0.01")],
+            "Requests end with finish_reason=error: engine-side failures (see the server log).",
+            Vec::new(),
+        ));
+    }
+    let running_last = sig.running.as_ref().map(|g| g.last).unwrap_or(0.0);
+    if sig.stalled_s >= 10.0 && running_last > 0.0 {
+        out.push(finding(
+            "engine-hung",
+            "extra",
+            "Engine hung: requests running, no tokens produced",
+            Severity::Critical,
+            Confidence::High,
+            sig,
+            vec![
+                ev("stalled_s", sig.stalled_s, ">= 10 with running > 0"),
+                ev("running_last", running_last, "> 0"),
+            ],
+            "num_requests_running stays above zero while generation_tokens_total does not move: the engine loop is stuck (a hung collective, a dead worker, a blocked GPU).",
+            vec![ctx.action(
+                "check the server log and GPU health (XID errors, NCCL timeouts), then restart the engine; have the liveness probe use /health",
+                &[],
+                "a hang is not a scheduling effect",
+            )],
+        ));
+    }
+}
+
+/// Replicas (or DP engines) carrying very different load.
+pub fn imbalance(parts: &[Signals], what: &str) -> Option<Finding> {
+    if parts.len() < 2 {
+        return None;
+    }
+    let load = |s: &Signals| {
+        s.requests_per_s
+            .or(s.running.as_ref().map(|g| g.mean))
+            .unwrap_or(0.0)
+    };
+    let loads: Vec<f64> = parts.iter().map(load).collect();
+    let max = loads.iter().cloned().fold(0.0, f64::max);
+    let min = loads.iter().cloned().fold(f64::INFINITY, f64::min);
+    let busy = parts.iter().any(|s| {
+        s.requests_per_s.is_some_and(|r| r >= 0.5)
+            || s.running.as_ref().is_some_and(|g| g.mean >= 2.0)
+    });
+    if !(busy && max >= 2.0 * min.max(1e-9)) {
+        return None;
+    }
+    let evidence = parts
+        .iter()
+        .zip(&loads)
+        .map(|(s, l)| {
+            ev(
+                &format!(
+                    "load[{}]",
+                    s.engine.clone().unwrap_or_else(|| s.instance.clone())
+                ),
+                *l,
+                "",
+            )
+        })
+        .chain(std::iter::once(ev(
+            "max_over_min",
+            max / min.max(1e-9),
+            ">= 2",
+        )))
+        .collect();
+    let dummy = Signals {
+        instance: if what == "engine" {
+            parts[0].instance.clone()
+        } else {
+            "all".into()
+        },
+        ..Default::default()
+    };
+    Some(Finding {
+        id: "replica-imbalance",
+        scenario: "extra",
+        title: format!("Load imbalance across {what}s"),
+        severity: Severity::Warning,
+        confidence: Confidence::Medium,
+        instance: dummy.instance,
+        evidence,
+        cause: format!("Some {what}s carry at least twice the load (finished req/s, else running) of others: the load balancer (or DP routing) is uneven, so one {what} queues while another idles."),
+        recommendations: vec![Recommendation {
+            action: "balance by least outstanding requests / KV usage (or prefix-aware routing), not round-robin on connections".into(),
+            flag: None,
+            from: None,
+            to: None,
+            sim_args: Vec::new(),
+            replicas: None,
+            expect: vec![],
+            caveat: None,
+            verify: None,
+            not_simulable: Some("routing across replicas is outside one engine"),
+        }],
+        rejected: Vec::new(),
+        reproduced: None,
+    })
+}

@@ -1,0 +1,229 @@
+//! Each playbook branch from a twin scenario built to produce it, and the healthy run
+//! that must name none of them. Scrapes come from the simulator with the metrics bridge,
+//! exactly what `vllm-twin simulate --scrape-interval 15s --scrapes-out F` writes.
+
+mod common;
+use common::*;
+
+const BRANCHES: &[&str] = &[
+    "ttft-queue-kv-full",
+    "ttft-queue-pseudo-saturation",
+    "ttft-queue-overload",
+    "ttft-prefill-token-budget",
+    "ttft-prefill-prefix-miss",
+    "ttft-prefill-long-prompts",
+    "ttft-prefill-compute",
+    "itl-prefill-interference",
+    "itl-bandwidth-saturation",
+    "kv-preemption",
+    "length-truncation",
+    "aborts",
+    "errors",
+    "engine-hung",
+    "replica-imbalance",
+];
+
+#[test]
+fn healthy_chat_names_no_branch() {
+    let f = scenario("healthy", "--request-rate 12 --num-requests 2000");
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
+    assert_eq!(d.exit_code, 0, "{}", twin_doctor::render::text(&d));
+    for b in BRANCHES {
+        assert!(
+            !d.findings.iter().any(|x| x.id == *b),
+            "healthy run named {b}"
+        );
+    }
+    // Panels are there and plausible.
+    let p = &d.panels[0];
+    assert!(
+        (p.requests_per_s.unwrap() - 12.0).abs() < 1.5,
+        "{:?}",
+        p.requests_per_s
+    );
+    assert!(p.ttft_s.p95.unwrap() < 0.5 && p.itl_s.p99.unwrap() < 0.1);
+    assert!(p.prefix_hit_rate.unwrap() > 0.05);
+    assert_eq!(d.bottlenecks[0].class, twin_doctor::bottleneck::Class::None);
+}
+
+#[test]
+fn kv_overrun_preempts_and_queues() {
+    let f = scenario("kv", "--gpu-memory-utilization 0.5 --max-concurrency 256 --input-len 3000 --output-len 300 --num-requests 2000");
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
+    let n = named(&d);
+    assert!(
+        n.contains(&"kv-preemption") && n.contains(&"ttft-queue-kv-full"),
+        "{n:?}"
+    );
+    assert!(!n.contains(&"ttft-queue-pseudo-saturation"));
+    assert_eq!(d.exit_code, 2);
+    let pre = finding(&d, "kv-preemption");
+    assert_eq!(pre.reproduced, Some(true));
+    // 0.34 has --max-num-active-seqs; the twin says it removes the preemptions.
+    assert_eq!(verdict(pre, "--max-num-active-seqs"), "helps");
+    let kv = finding(&d, "ttft-queue-kv-full");
+    assert_eq!(verdict(kv, "--kv-cache-dtype auto -> fp8"), "helps");
+    assert_eq!(
+        d.bottlenecks[0].class,
+        twin_doctor::bottleneck::Class::Capacity
+    );
+    // Scenario 4: the seed's autoscaling trigger fires.
+    assert!(d.findings.iter().any(|x| x.id == "autoscale-signal"));
+}
+
+#[test]
+fn kv_overrun_on_old_vllm_recommends_max_num_seqs() {
+    let f = scenario("kv-old", "--gpu-memory-utilization 0.5 --max-concurrency 256 --input-len 3000 --output-len 300 --num-requests 1000");
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.11.0"]);
+    let pre = finding(&d, "kv-preemption");
+    let flags: Vec<_> = pre
+        .recommendations
+        .iter()
+        .filter_map(|r| r.flag.as_deref())
+        .collect();
+    assert!(
+        flags.contains(&"--max-num-seqs") && !flags.contains(&"--max-num-active-seqs"),
+        "{flags:?}"
+    );
+}
+
+#[test]
+fn pseudo_saturation_running_pinned() {
+    let f = scenario(
+        "pseudo",
+        "--max-num-seqs 16 --request-rate 12 --num-requests 2000",
+    );
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
+    let n = named(&d);
+    assert!(n.contains(&"ttft-queue-pseudo-saturation"), "{n:?}");
+    assert!(
+        !n.contains(&"ttft-queue-kv-full") && !n.contains(&"kv-preemption"),
+        "{n:?}"
+    );
+    let p = finding(&d, "ttft-queue-pseudo-saturation");
+    assert_eq!(p.reproduced, Some(true));
+    assert_eq!(verdict(p, "--max-num-seqs 16 ->"), "helps");
+}
+
+#[test]
+fn prefill_interference_itl_tail() {
+    let f = scenario("interference", "--request-rate 3 --input-len empirical:200=0.8,12000=0.2 --output-len 100 --shared-prefix none --num-requests 1000");
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
+    let n = named(&d);
+    assert!(n.contains(&"itl-prefill-interference"), "{n:?}");
+    assert!(!n.contains(&"itl-bandwidth-saturation"), "{n:?}");
+    let i = finding(&d, "itl-prefill-interference");
+    assert_eq!(i.reproduced, Some(true));
+    assert_eq!(verdict(i, "--max-num-batched-tokens"), "helps");
+}
+
+#[test]
+fn small_token_budget_with_long_prompts() {
+    let f = scenario("budget", "--max-num-batched-tokens 512 --input-len 8000 --output-len 100 --request-rate 3 --shared-prefix none --num-requests 600");
+    let path = f.to_str().unwrap();
+    // Told the serve line: named directly.
+    let d = doctor(&[
+        path,
+        "--vllm-version",
+        "0.34.0",
+        "--serve-args",
+        "--max-num-batched-tokens 512",
+    ]);
+    assert!(
+        named(&d).contains(&"ttft-prefill-token-budget"),
+        "{:?}",
+        named(&d)
+    );
+    // Not told: V1 metrics cannot show the budget, the twin infers it.
+    let d = doctor(&[path, "--vllm-version", "0.34.0", "--verify"]);
+    let b = finding(&d, "ttft-prefill-token-budget");
+    assert!(b
+        .evidence
+        .iter()
+        .any(|e| e.threshold.contains("inferred by the twin")));
+    assert_eq!(verdict(b, "--max-num-batched-tokens 512 ->"), "helps");
+}
+
+#[test]
+fn truncation_by_max_model_len() {
+    let f = scenario("truncation", "--max-model-len 2048 --input-len 1500 --output-len 1500 --request-rate 5 --num-requests 1000");
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0"]);
+    assert!(named(&d).contains(&"length-truncation"), "{:?}", named(&d));
+    // Told the real limit, confidence is high.
+    let d = doctor(&[f.to_str().unwrap(), "--max-model-len", "2048"]);
+    assert_eq!(
+        finding(&d, "length-truncation").confidence,
+        twin_doctor::playbook::Confidence::High
+    );
+}
+
+#[test]
+fn bandwidth_saturation_on_a_slow_gpu() {
+    let f = scenario("bandwidth", "--gpu l4 --max-concurrency 32 --input-len 500 --output-len 200 --shared-prefix none --num-requests 300 --max-model-len 4096");
+    let d = doctor(&[
+        f.to_str().unwrap(),
+        "--vllm-version",
+        "0.34.0",
+        "--verify",
+        "--gpu",
+        "l4",
+        "--max-model-len",
+        "4096",
+    ]);
+    let n = named(&d);
+    assert!(
+        n.contains(&"itl-bandwidth-saturation") && !n.contains(&"itl-prefill-interference"),
+        "{n:?}"
+    );
+    let b = finding(&d, "itl-bandwidth-saturation");
+    assert_eq!(b.reproduced, Some(true));
+    // Weights dominate the bytes here: FP8 weights help, FP8 KV does not (dropped).
+    assert_eq!(verdict(b, "--quantization fp8"), "helps");
+    assert!(b
+        .rejected
+        .iter()
+        .any(|r| r.action.starts_with("--kv-cache-dtype")));
+}
+
+#[test]
+fn overload_queues_without_a_binding_cap() {
+    // Steps full of prefill: running plateaus, but because compute is saturated (slow
+    // TPOT), not because a cap binds, so this is not pseudo-saturation.
+    let f = scenario("overload", "--input-len 2000 --output-len 20 --request-rate 30 --shared-prefix none --num-requests 2000");
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
+    let n = named(&d);
+    assert!(n.contains(&"ttft-queue-overload"), "{n:?}");
+    assert!(
+        !n.contains(&"ttft-queue-pseudo-saturation") && !n.contains(&"ttft-queue-kv-full"),
+        "{n:?}"
+    );
+    assert_eq!(
+        verdict(finding(&d, "ttft-queue-overload"), "scale out"),
+        "helps"
+    );
+}
+
+#[test]
+fn prefix_cache_off_with_long_shared_prompts() {
+    // RAG prompts (4k tokens, 80% share a 1k system prompt) with caching off, against a
+    // tighter TTFT SLO: prefill dominates and nothing is reused.
+    let f = scenario(
+        "prefix",
+        "--workload rag --no-enable-prefix-caching --request-rate 2 --num-requests 300",
+    );
+    let d = doctor(&[
+        f.to_str().unwrap(),
+        "--vllm-version",
+        "0.34.0",
+        "--ttft-slo",
+        "200ms",
+    ]);
+    let n = named(&d);
+    assert!(n.contains(&"ttft-prefill-prefix-miss"), "{n:?}");
+    assert!(!n.iter().any(|x| x.starts_with("ttft-queue")), "{n:?}");
+    let f = finding(&d, "ttft-prefill-prefix-miss");
+    assert!(f
+        .recommendations
+        .iter()
+        .any(|r| r.flag.as_deref() == Some("--enable-prefix-caching")));
+}
