@@ -15,6 +15,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long before a step's end the engine thread stops sleeping and spins.
+const SPIN_BEFORE_DEADLINE: Duration = Duration::from_micros(1500);
+
 use tokio::sync::mpsc::UnboundedSender;
 use twin_cost::{BatchShape, CostModel, SeqChunk};
 use twin_engine::{
@@ -273,7 +276,8 @@ impl EngineLoop {
         }
     }
 
-    /// Sleep on the real clock until engine time `until_s`, queueing commands.
+    /// Sleep on the real clock until engine time `until_s`, queueing commands. The last
+    /// stretch is spun rather than slept: an OS wake-up can land a millisecond or more late.
     fn wait_until(&mut self, until_s: f64, rx: &Receiver<Cmd>, pending: &mut Vec<Cmd>) -> bool {
         let deadline = self.clock.to_instant(until_s);
         loop {
@@ -281,7 +285,20 @@ impl EngineLoop {
             if now >= deadline {
                 return true;
             }
-            match rx.recv_timeout(deadline - now) {
+            let left = deadline - now;
+            if left <= SPIN_BEFORE_DEADLINE {
+                match rx.try_recv() {
+                    Ok(Cmd::Shutdown) => {
+                        self.shutdown = true;
+                        return true;
+                    }
+                    Ok(c) => pending.push(c),
+                    Err(TryRecvError::Empty) => std::thread::yield_now(),
+                    Err(TryRecvError::Disconnected) => return false,
+                }
+                continue;
+            }
+            match rx.recv_timeout(left - SPIN_BEFORE_DEADLINE) {
                 Ok(Cmd::Shutdown) => {
                     self.shutdown = true;
                     return true;
