@@ -98,6 +98,23 @@ async fn prometheus_rate_matches_the_load_generator() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let got = query("max_over_time(vllm:generation_tokens_total[5m]) - min_over_time(vllm:generation_tokens_total[5m])".into()).await;
     let rate = query("rate(vllm:generation_tokens_total[5m])".into()).await;
+    // The seed's panels over the same window, against what the client measured.
+    let ttft95 = query("histogram_quantile(0.95, sum(rate(vllm:time_to_first_token_seconds_bucket[5m])) by (le, model_name))".into()).await;
+    let itl_mean = query("sum(rate(vllm:inter_token_latency_seconds_sum[5m])) / sum(rate(vllm:inter_token_latency_seconds_count[5m]))".into()).await;
+    let out_len = query("sum(rate(vllm:request_generation_tokens_sum[5m])) / sum(rate(vllm:request_generation_tokens_count[5m]))".into()).await;
+    let mut phases = Vec::new();
+    for m in [
+        "request_queue_time_seconds",
+        "request_prefill_time_seconds",
+        "request_decode_time_seconds",
+    ] {
+        phases.push(
+            query(format!(
+                "sum(rate(vllm:{m}_sum[5m])) / sum(rate(vllm:{m}_count[5m]))"
+            ))
+            .await,
+        );
+    }
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
@@ -108,5 +125,29 @@ async fn prometheus_rate_matches_the_load_generator() {
     );
     let rate = rate.expect("rate answered");
     assert!(rate > 0.0, "rate {rate}");
+    let out_len = out_len.expect("output-length panel answered");
+    assert!(
+        (out_len - 64.0).abs() < 1e-6,
+        "mean output length {out_len}"
+    );
+    // TTFT P95 from buckets sits between the client's median and its max (one TTFT bucket
+    // of slack: histogram_quantile interpolates inside a bucket).
+    let ttft95 = ttft95.expect("TTFT panel answered");
+    let (med, max) = (report.ttft.median_ms / 1e3, report.ttft.max_ms / 1e3);
+    assert!(
+        ttft95 >= med * 0.5 && ttft95 <= max * 2.0 + 0.02,
+        "TTFT p95 {ttft95} s vs client median {med} s, max {max} s"
+    );
+    // Mean ITL: the server's per-output gaps vs the client's per-chunk gaps.
+    let itl = itl_mean.expect("ITL panel answered");
+    let client_itl = report.itl.mean_ms / 1e3;
+    assert!(
+        (itl - client_itl).abs() <= 0.25 * client_itl + 0.002,
+        "ITL mean {itl} s vs client {client_itl} s"
+    );
+    for (i, p) in phases.into_iter().enumerate() {
+        let p = p.unwrap_or_else(|| panic!("phase panel {i} answered nothing"));
+        assert!(p >= 0.0 && p.is_finite(), "phase {i}: {p}");
+    }
     srv.shutdown(Duration::from_secs(5)).await;
 }
