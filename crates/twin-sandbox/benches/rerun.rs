@@ -1,0 +1,67 @@
+//! Re-run latency: what a control change costs, from the controls to the last point of
+//! 5 virtual minutes (argv → parse → start-up → run → points + findings), for the default
+//! and each preset, plus the simulator alone (no-op observer) as the floor.
+//! Run: `cargo bench -p twin-sandbox --bench rerun [-- REPEATS]`.
+
+use std::time::Instant;
+
+use twin_sandbox::runs::{self, Prepare};
+use twin_sim::observe::{FinishedRequest, Observer, StepSample};
+
+struct Nop;
+impl Observer for Nop {
+    fn on_first_token(&mut self, _: usize, _: &twin_sim::driver::RequestTimes, _: f64, _: usize) {}
+    fn on_inter_token(&mut self, _: usize, _: f64, _: f64) {}
+    fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {}
+    fn on_rejected(&mut self, _: &twin_workload::RequestSpec) {}
+    fn on_step(&mut self, _: usize, _: &StepSample) {}
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let repeats: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(7);
+    println!("| preset | requests | engine steps | first point (ms) | re-run median (ms) | min (ms) | simulator alone, median (ms) |");
+    println!("|---|---|---|---|---|---|---|");
+    for p in twin_sandbox::presets::presets() {
+        let (mut full, mut first, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+        let mut steps = 0;
+        let mut reqs = 0;
+        for _ in 0..repeats {
+            let t0 = Instant::now();
+            let Prepare::Ready(prep) = runs::prepare(&p.controls).expect("valid preset") else {
+                panic!("{} refused", p.id);
+            };
+            let mut t_first = None;
+            let s = runs::run(&prep, None, &mut |_, _| {
+                t_first.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
+            });
+            full.push(t0.elapsed().as_secs_f64() * 1e3);
+            first.push(t_first.unwrap_or(f64::NAN));
+            steps = s.totals.steps;
+            reqs = s.totals.finished;
+            // The floor: the simulator alone over the same horizon (requests capped to what
+            // arrived in 5 minutes, so it stops near the same virtual time).
+            let mut cfg = prep.config.clone();
+            cfg.workload.num_requests = (s.totals.finished as usize).max(1);
+            let t1 = Instant::now();
+            let _ = twin_sim::run(&cfg, &prep.startup, &mut Nop);
+            floor.push(t1.elapsed().as_secs_f64() * 1e3);
+        }
+        let min = full.iter().cloned().fold(f64::INFINITY, f64::min);
+        println!(
+            "| {} | {reqs} finished | {steps} | {:.1} | {:.0} | {:.0} | {:.0} |",
+            p.id,
+            median(&mut first),
+            median(&mut full),
+            min,
+            median(&mut floor)
+        );
+    }
+}

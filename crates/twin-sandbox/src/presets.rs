@@ -1,0 +1,97 @@
+//! Presets: the defaults plus the seed article's four playbook scenarios, each a set of
+//! controls that makes the twin show the scenario (checked by the tests: each preset's run
+//! raises its `expect` finding).
+
+use serde::Serialize;
+
+use crate::controls::{Controls, Traffic};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Preset {
+    pub id: &'static str,
+    pub name: &'static str,
+    pub description: &'static str,
+    /// The finding id the run must raise (the banner the page shows).
+    pub expect: &'static str,
+    pub controls: Controls,
+}
+
+pub fn presets() -> Vec<Preset> {
+    let d = Controls::default;
+    vec![
+        Preset {
+            id: "default",
+            name: "Healthy chat",
+            description: "Llama-3.1-8B on one H100 at vLLM defaults, chat-like traffic well \
+                          below capacity: no alerts.",
+            expect: "",
+            controls: d(),
+        },
+        Preset {
+            id: "ttft-queueing",
+            name: "1 · TTFT high, ITL normal (queueing)",
+            description: "--max-num-seqs 16 pins num_requests_running at 16 while KV sits low: \
+                          requests queue at the door (pseudo-saturation, playbook 1 branch A).",
+            expect: "playbook_1a_pseudo_saturation",
+            controls: Controls {
+                max_num_seqs: 16,
+                rate: 8.0,
+                ..d()
+            },
+        },
+        Preset {
+            id: "itl-interference",
+            name: "2 · ITL P99 high (prefill interference)",
+            description: "Mostly short chats plus long documents, with a 16k step budget: a \
+                          long prefill lands in a decode step and stalls every stream \
+                          (playbook 2 branch A).",
+            expect: "playbook_2a_prefill_interference",
+            controls: Controls {
+                rate: 3.0,
+                prompt_mean: 3000,
+                prompt_spread: 1.4,
+                output_mean: 300,
+                output_spread: 0.5,
+                max_num_batched_tokens: 16384,
+                ..d()
+            },
+        },
+        Preset {
+            id: "kv-preemption",
+            name: "3 · Preemptions (KV overrun)",
+            description: "Long generations on a small KV pool (--gpu-memory-utilization 0.5): \
+                          running requests grow until the pool is exhausted and vLLM evicts \
+                          them (playbook 3).",
+            expect: "playbook_3_preemption",
+            controls: Controls {
+                traffic: Traffic::Concurrency,
+                concurrency: 256,
+                prompt_mean: 1500,
+                output_mean: 2000,
+                output_spread: 0.3,
+                gpu_memory_utilization: 0.5,
+                prefix_share: 0.0,
+                ..d()
+            },
+        },
+        Preset {
+            id: "autoscaling",
+            name: "4 · Autoscaling signal",
+            description: "Traffic at one replica's limit (96 sequences, a 0.45 memory share): KV \
+                          > 0.65 and more than 3 waiting for 15 s, the seed's HPA trigger \
+                          (playbook 4), before any preemption.",
+            expect: "playbook_4_scale_out",
+            controls: Controls {
+                rate: 20.0,
+                output_mean: 300,
+                max_num_seqs: 96,
+                gpu_memory_utilization: 0.45,
+                ..d()
+            },
+        },
+    ]
+}
+
+pub fn find(id: &str) -> Option<Preset> {
+    presets().into_iter().find(|p| p.id == id)
+}

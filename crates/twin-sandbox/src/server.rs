@@ -1,0 +1,355 @@
+//! The HTTP face: the embedded page, a JSON API, and the live run over server-sent events.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /` , `GET /assets/*` | the page (embedded) |
+//! | `GET /api/catalog` | models, GPUs, presets, defaults, choices |
+//! | `POST /api/plan` (controls JSON) | the start-up memory plan, or vLLM's refusal, and the command lines |
+//! | `POST /api/simulate` (controls JSON) | the whole run at once: points, findings, summary |
+//! | `GET /api/stream?controls=JSON&speed=X&client=ID` | SSE: `plan`, then `point`s paced at X virtual s per wall s (0 = as fast as it runs), then `done` |
+//!
+//! Bad control values answer 400 with `{"error": {"field", "message"}}`. Each run simulates on
+//! a blocking thread; a new stream from the same `client`, or the page closing the stream,
+//! cancels the old run.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::controls::{ControlError, Controls, BLOCK_SIZES, KV_CACHE_DTYPES, MAX_DURATION_S};
+use crate::runs::{self, Prepare, Prepared};
+use crate::{assets, presets};
+
+const CSP: &str = "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Runs in flight, by client id (the newest wins).
+#[derive(Default)]
+pub struct AppState {
+    runs: Mutex<HashMap<String, Arc<AtomicBool>>>,
+}
+
+impl AppState {
+    /// Number of runs in flight (tests).
+    pub fn in_flight(&self) -> usize {
+        self.runs.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/index.html", get(index))
+        .route("/assets/{name}", get(asset))
+        .route("/favicon.ico", get(favicon))
+        .route("/api/catalog", get(catalog))
+        .route("/api/plan", post(plan))
+        .route("/api/simulate", post(simulate))
+        .route("/api/stream", get(stream))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+fn json_response(status: StatusCode, v: &impl Serialize) -> Response {
+    let body = serde_json::to_string(v).unwrap_or_else(|e| {
+        format!("{{\"error\":{{\"field\":\"server\",\"message\":\"serialise: {e}\"}}}}")
+    });
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn bad_request(e: &ControlError) -> Response {
+    json_response(StatusCode::BAD_REQUEST, &json!({ "error": e }))
+}
+
+async fn not_found() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"error": {"field": "path", "message": "no such route; the page is at /"}}),
+    )
+}
+
+async fn index() -> Response {
+    asset_response("index.html")
+}
+
+async fn favicon() -> Response {
+    asset_response("favicon.svg")
+}
+
+async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    asset_response(&name)
+}
+
+fn asset_response(name: &str) -> Response {
+    match assets::get(name) {
+        Some((ctype, body)) => (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, ctype),
+                (header::CACHE_CONTROL, "no-cache"),
+                // Everything comes from this server; nothing inline, nothing remote.
+                (header::CONTENT_SECURITY_POLICY, CSP),
+            ],
+            body,
+        )
+            .into_response(),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &json!({"error": {"field": "path", "message": format!("no asset {name:?}")}}),
+        ),
+    }
+}
+
+async fn catalog() -> Response {
+    let models: Vec<Value> = twin_cost::model::catalog()
+        .iter()
+        .map(|m| json!({"name": m.name, "model_type": m.model_type, "num_layers": m.num_layers}))
+        .collect();
+    let gpus: Vec<Value> = twin_cost::gpu::catalog()
+        .iter()
+        .map(
+            |g| json!({"key": g.key, "device_name": g.device_name, "memory_bytes": g.memory_bytes}),
+        )
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "models": models,
+            "gpus": gpus,
+            "presets": presets::presets(),
+            "defaults": Controls::default(),
+            "kv_cache_dtypes": KV_CACHE_DTYPES,
+            "block_sizes": BLOCK_SIZES,
+            "max_duration_s": MAX_DURATION_S,
+            "thresholds": crate::findings::Thresholds::default(),
+        }),
+    )
+}
+
+/// The `/api/plan` answer (also the stream's first event).
+fn plan_json(c: &Controls, prepared: &Prepare) -> Value {
+    match prepared {
+        Prepare::Ready(p) => json!({
+            "ok": true,
+            "plan": p.plan,
+            "serve_command": c.serve_command(),
+            "simulate_command": c.simulate_command(),
+            "notes": p.notes,
+        }),
+        Prepare::Refused(r) => json!({
+            "ok": false,
+            "refused": r,
+            "serve_command": c.serve_command(),
+            "simulate_command": c.simulate_command(),
+        }),
+    }
+}
+
+fn prepare_body(body: &str) -> Result<(Controls, Prepare), ControlError> {
+    let c = Controls::from_json(body)?;
+    let p = runs::prepare(&c)?;
+    Ok((c, p))
+}
+
+async fn plan(body: String) -> Response {
+    let r =
+        tokio::task::spawn_blocking(move || prepare_body(&body).map(|(c, p)| plan_json(&c, &p)))
+            .await;
+    match r {
+        Ok(Ok(v)) => json_response(StatusCode::OK, &v),
+        Ok(Err(e)) => bad_request(&e),
+        Err(e) => bad_request(&ControlError::new("server", e.to_string())),
+    }
+}
+
+async fn simulate(body: String) -> Response {
+    let r = tokio::task::spawn_blocking(move || {
+        prepare_body(&body).map(|(c, p)| {
+            let mut v = plan_json(&c, &p);
+            if let Prepare::Ready(prep) = &p {
+                let run = runs::run_collect(prep);
+                v["run"] = serde_json::to_value(&run).unwrap_or(Value::Null);
+            }
+            v
+        })
+    })
+    .await;
+    match r {
+        Ok(Ok(v)) => json_response(StatusCode::OK, &v),
+        Ok(Err(e)) => bad_request(&e),
+        Err(e) => bad_request(&ControlError::new("server", e.to_string())),
+    }
+}
+
+enum Msg {
+    Point(String, f64),
+    Done(String),
+}
+
+/// Cancels its run when the stream is dropped (the page closed it or went away).
+struct CancelGuard {
+    state: Arc<AppState>,
+    client: String,
+    flag: Arc<AtomicBool>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        self.flag.store(true, Ordering::Relaxed);
+        if let Ok(mut m) = self.state.runs.lock() {
+            if m.get(&self.client)
+                .is_some_and(|f| Arc::ptr_eq(f, &self.flag))
+            {
+                m.remove(&self.client);
+            }
+        }
+    }
+}
+
+struct StreamState {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Msg>,
+    start: tokio::time::Instant,
+    speed: f64,
+    first: Option<String>,
+    _guard: CancelGuard,
+}
+
+async fn stream(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let controls = q.get("controls").map(String::as_str).unwrap_or("{}");
+    let speed = match q.get("speed").map(|s| s.trim()) {
+        None | Some("") | Some("max") => 0.0,
+        Some(s) => match s.parse::<f64>() {
+            Ok(x) if x == 0.0 || (0.1..=1e6).contains(&x) => x,
+            _ => {
+                return bad_request(&ControlError::new(
+                    "speed",
+                    format!("{s:?}: expected virtual seconds per wall second in [0.1, 1e6], or 0 / max for unpaced"),
+                ))
+            }
+        },
+    };
+    let client = q.get("client").cloned().unwrap_or_default();
+    let body = controls.to_string();
+    let prepared = tokio::task::spawn_blocking(move || prepare_body(&body)).await;
+    let (c, prepared) = match prepared {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return bad_request(&e),
+        Err(e) => return bad_request(&ControlError::new("server", e.to_string())),
+    };
+    let first = plan_json(&c, &prepared).to_string();
+    let flag = Arc::new(AtomicBool::new(false));
+    if let Ok(mut m) = state.runs.lock() {
+        if let Some(old) = m.insert(client.clone(), flag.clone()) {
+            old.store(true, Ordering::Relaxed);
+        }
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    if let Prepare::Ready(prep) = prepared {
+        let flag2 = flag.clone();
+        tokio::task::spawn_blocking(move || run_blocking(&prep, &flag2, &tx));
+    } else {
+        drop(tx);
+    }
+    let st = StreamState {
+        rx,
+        start: tokio::time::Instant::now(),
+        speed,
+        first: Some(first),
+        _guard: CancelGuard {
+            state,
+            client,
+            flag,
+        },
+    };
+    let events = futures_util::stream::unfold(st, |mut st| async move {
+        if let Some(first) = st.first.take() {
+            return Some((
+                Ok::<Event, std::convert::Infallible>(Event::default().event("plan").data(first)),
+                st,
+            ));
+        }
+        match st.rx.recv().await? {
+            Msg::Point(data, t) => {
+                if st.speed > 0.0 {
+                    if let Ok(d) = Duration::try_from_secs_f64(t / st.speed) {
+                        tokio::time::sleep_until(st.start + d).await;
+                    }
+                }
+                Some((Ok(Event::default().event("point").data(data)), st))
+            }
+            Msg::Done(data) => Some((Ok(Event::default().event("done").data(data)), st)),
+        }
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn run_blocking(prep: &Prepared, flag: &AtomicBool, tx: &tokio::sync::mpsc::UnboundedSender<Msg>) {
+    let summary = runs::run(prep, Some(flag), &mut |p, f| {
+        let data = json!({"p": p, "f": f}).to_string();
+        if tx.send(Msg::Point(data, p.t)).is_err() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    });
+    let _ = tx.send(Msg::Done(
+        serde_json::to_string(&summary).unwrap_or_else(|_| "{}".into()),
+    ));
+}
+
+/// Serve on `listener` until ctrl-c (or forever when `ctrl_c` is false).
+pub async fn serve(listener: tokio::net::TcpListener, ctrl_c: bool) -> std::io::Result<()> {
+    let app = router(Arc::new(AppState::default()));
+    let server = axum::serve(listener, app);
+    if ctrl_c {
+        server
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+    } else {
+        server.await
+    }
+}
+
+/// Start a server on its own thread and runtime (tests, benches); returns its address.
+pub fn start_in_thread(addr: &str) -> std::io::Result<SocketAddr> {
+    let std_listener = std::net::TcpListener::bind(addr)?;
+    std_listener.set_nonblocking(true)?;
+    let local = std_listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("sandbox-server".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+                let _ = serve(listener, false).await;
+            });
+        })?;
+    Ok(local)
+}
