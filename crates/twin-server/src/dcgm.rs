@@ -152,8 +152,8 @@ impl Dcgm {
             for g in 0..self.num_gpus {
                 let _ = writeln!(
                     out,
-                    "{name}{{gpu=\"{g}\",UUID=\"GPU-{uuid}\",pci_bus_id=\"00000000:{bus:02X}:00.0\",device=\"nvidia{g}\",modelName=\"{model}\",Hostname=\"{host}\"}} {value}",
-                    uuid = fake_uuid(g),
+                    "{name}{{gpu=\"{g}\",UUID=\"{uuid}\",pci_bus_id=\"00000000:{bus:02X}:00.0\",device=\"nvidia{g}\",modelName=\"{model}\",Hostname=\"{host}\"}} {value}",
+                    uuid = twin_metrics::dcgm::gpu_uuid(g as u32),
                     bus = 0x18 + g * 0x10,
                     model = self.model_name,
                     host = self.hostname,
@@ -162,19 +162,6 @@ impl Dcgm {
         }
         out
     }
-}
-
-/// A stable, UUID-shaped id per GPU index.
-fn fake_uuid(g: usize) -> String {
-    let x = 0x7717_0000_0000_0000u64 ^ (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        (x >> 32) as u32,
-        (x >> 16) as u16,
-        x as u16,
-        0x4000 | (g as u16 & 0x0fff),
-        x & 0xffff_ffff_ffff
-    )
 }
 
 #[cfg(test)]

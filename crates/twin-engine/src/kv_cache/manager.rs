@@ -84,11 +84,8 @@ impl KVCacheManager {
 
     /// A probe that changes nothing. vLLM: `KVCacheManager.get_num_cached_tokens`.
     pub fn get_num_cached_tokens(&self, req: &Request, scratch: &mut Vec<u32>) -> usize {
-        scratch.clear();
-        if !self.enable_caching {
-            return 0;
-        }
-        self.find_longest_cache_hit(req, req.num_tokens() - 1, scratch)
+        // The same walk as an admission lookup; it takes no references either.
+        self.get_computed_blocks(req, scratch)
     }
 
     /// Counted once per admission. vLLM: `KVCacheManager.record_prefix_cache_stats`.

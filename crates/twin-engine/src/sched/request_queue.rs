@@ -83,6 +83,14 @@ impl RequestQueue {
         }
     }
 
+    /// Remove a handle without its sort key (its request may already be freed).
+    pub fn remove_handle(&mut self, h: ReqHandle) {
+        match self {
+            RequestQueue::Fcfs(q) => q.retain(|&x| x != h),
+            RequestQueue::Priority(q) => q.retain(|_, &mut x| x != h),
+        }
+    }
+
     /// Queue order (heap-pop order for priority).
     pub fn iter(&self) -> Box<dyn Iterator<Item = ReqHandle> + '_> {
         match self {

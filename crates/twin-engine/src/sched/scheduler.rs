@@ -699,9 +699,8 @@ impl Scheduler {
             // Still-queued handles of freed requests are the ones to drop.
             let slab = &self.requests;
             self.running.retain(|&h| slab.get(h).is_some());
-            for idx in 0..self.stopped.len() {
-                let h = self.stopped[idx];
-                self.waiting.remove_stale(h, slab);
+            for &h in &self.stopped {
+                self.waiting.remove_handle(h);
             }
         }
         outputs.scheduler_stats = self.make_stats(spec_stats);
@@ -800,17 +799,6 @@ impl Scheduler {
             self.requests.len(),
             "a live request is in no queue"
         );
-    }
-}
-
-impl RequestQueue {
-    /// Remove a handle whose request was already freed (FCFS: by position).
-    fn remove_stale(&mut self, h: ReqHandle, slab: &RequestSlab) {
-        debug_assert!(slab.get(h).is_none());
-        match self {
-            RequestQueue::Fcfs(q) => q.retain(|&x| x != h),
-            RequestQueue::Priority(q) => q.retain(|_, &mut x| x != h),
-        }
     }
 }
 
