@@ -73,11 +73,16 @@ impl TokenPlan for RandomTokens {
         min_tokens: usize,
         rng: &mut SplitMix64,
     ) -> TokenId {
-        if position + 1 >= min_tokens && self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n) {
+        if !self.stop_at.is_empty()
+            && position + 1 >= min_tokens
+            && self.stop_at.get(&h).is_some_and(|&n| position + 1 >= n)
+        {
             return SYNTHETIC_STOP_TOKEN_ID;
         }
-        // Never the stop token, never a placeholder.
-        3 + (rng.next_u64() % u64::from(self.vocab_size - 3)) as TokenId
+        // Never the stop token, never a placeholder. Multiply-shift instead of a 64-bit
+        // division: the engine samples one of these per request per step.
+        let range = u64::from(self.vocab_size - 3);
+        3 + ((rng.next_u64() >> 32) * range >> 32) as TokenId
     }
 }
 

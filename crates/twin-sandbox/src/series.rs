@@ -48,9 +48,14 @@ impl LatencyHist {
         f64::from_bits((b as u64 + min_key()) << (52 - SUB_BITS))
     }
     pub fn record(&mut self, v: f64) {
+        self.record_n(v, 1);
+    }
+
+    /// Record `v` `count` times.
+    pub fn record_n(&mut self, v: f64, count: u32) {
         if v.is_finite() {
-            self.counts[Self::bin(v.max(0.0))] += 1;
-            self.n += 1;
+            self.counts[Self::bin(v.max(0.0))] += count;
+            self.n += u64::from(count);
         }
     }
     pub fn count(&self) -> u64 {
@@ -310,10 +315,11 @@ impl Observer for SeriesObserver<'_> {
         }
     }
 
-    fn on_inter_token(&mut self, _e: usize, itl_s: f64, t_s: f64) {
+    fn on_inter_tokens(&mut self, _e: usize, itl_s: f64, count: usize, t_s: f64) {
         self.advance(t_s);
-        self.cur.itl.record(itl_s);
-        self.itl_all.record(itl_s);
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        self.cur.itl.record_n(itl_s, count);
+        self.itl_all.record_n(itl_s, count);
     }
 
     fn on_finished(&mut self, _e: usize, r: &FinishedRequest<'_>) {

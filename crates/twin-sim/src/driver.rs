@@ -216,6 +216,9 @@ pub fn run(
     let max_model_len = startup.scheduler.max_model_len;
     let mut in_flight_total = 0usize;
     loop {
+        if observer.should_stop() {
+            break;
+        }
         // The earliest thing that happens next: an arrival, or an engine step.
         let next_arrival = workload.next_time();
         let next_engine = engines
@@ -365,6 +368,8 @@ fn step_engine(
     }
     let mut finished = 0;
     let mut out_time = t;
+    // Runs of equal inter-token intervals, reported as one call each.
+    let mut itl_run: Option<(f64, usize)> = None;
     if report.updated_step.is_some() {
         out_time = slot.in_flight_end_s.pop_front().unwrap_or(t).max(t);
         let outs = slot.core.outputs();
@@ -400,7 +405,15 @@ fn step_engine(
                         o.num_prompt_tokens,
                     );
                 } else {
-                    observer.on_inter_token(engine, out_time - tr.times.last_token_s, out_time);
+                    let itl = out_time - tr.times.last_token_s;
+                    match &mut itl_run {
+                        Some((v, n)) if *v == itl => *n += 1,
+                        run => {
+                            if let Some((v, n)) = run.replace((itl, 1)) {
+                                observer.on_inter_tokens(engine, v, n, out_time);
+                            }
+                        }
+                    }
                 }
                 tr.times.last_token_s = out_time;
                 tr.times.num_generation_tokens += toks.len();
@@ -425,6 +438,9 @@ fn step_engine(
                 );
                 workload.on_finished(&tr.spec, Some(&tr.outputs), e2e_end);
             }
+        }
+        if let Some((v, n)) = itl_run {
+            observer.on_inter_tokens(engine, v, n, out_time);
         }
         sample.stats = Some(outs.scheduler_stats.clone());
         sample.num_outputs = outs.outputs.len();

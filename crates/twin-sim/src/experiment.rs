@@ -51,7 +51,7 @@ impl Observer for TtftByLength {
             self.long.record(ttft);
         }
     }
-    fn on_inter_token(&mut self, _: usize, _: f64, _: f64) {}
+    fn on_inter_tokens(&mut self, _: usize, _: f64, _: usize, _: f64) {}
     fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {}
     fn on_rejected(&mut self, _: &twin_workload::RequestSpec) {}
     fn on_step(&mut self, _: usize, _: &StepSample) {}

@@ -187,11 +187,12 @@ impl Observer for MetricsObserver {
             .push(frontend_s - t.arrival_s);
     }
 
-    fn on_inter_token(&mut self, engine: usize, itl_s: f64, _t_s: f64) {
+    fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, _t_s: f64) {
         self.has_outputs[engine] = true;
+        // vLLM observes one interval per request output; the recorder sees each of them.
         self.pending[engine]
             .inter_token_latencies_iter_s
-            .push(itl_s);
+            .extend(std::iter::repeat_n(itl_s, count));
     }
 
     fn on_finished(&mut self, engine: usize, r: &FinishedRequest<'_>) {

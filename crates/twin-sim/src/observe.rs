@@ -47,12 +47,19 @@ pub trait Observer {
         frontend_s: f64,
         num_prompt_tokens: usize,
     );
-    /// A later output of a request: `itl_s` since its previous output (engine clock).
-    fn on_inter_token(&mut self, engine: usize, itl_s: f64, t_s: f64);
+    /// `count` later outputs of one step, each `itl_s` after its request's previous output
+    /// (engine clock). The driver folds a step's equal intervals into one call: a decode
+    /// batch is one call, not one per request.
+    fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, t_s: f64);
     fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>);
     /// Refused by the frontend (prompt longer than max_model_len).
     fn on_rejected(&mut self, req: &RequestSpec);
     fn on_step(&mut self, engine: usize, step: &StepSample);
+    /// Asked between events: `true` ends the run early (the run returns `Ok`). Lets a caller
+    /// cancel a run or stop it at a horizon without unwinding through the driver.
+    fn should_stop(&self) -> bool {
+        false
+    }
 }
 
 /// Fan out to several observers.
@@ -64,9 +71,9 @@ impl Observer for Tee<'_> {
             o.on_first_token(engine, times, frontend_s, n);
         }
     }
-    fn on_inter_token(&mut self, engine: usize, itl_s: f64, t_s: f64) {
+    fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, t_s: f64) {
         for o in &mut self.0 {
-            o.on_inter_token(engine, itl_s, t_s);
+            o.on_inter_tokens(engine, itl_s, count, t_s);
         }
     }
     fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>) {
@@ -83,5 +90,8 @@ impl Observer for Tee<'_> {
         for o in &mut self.0 {
             o.on_step(engine, step);
         }
+    }
+    fn should_stop(&self) -> bool {
+        self.0.iter().any(|o| o.should_stop())
     }
 }

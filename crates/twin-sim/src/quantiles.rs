@@ -43,23 +43,28 @@ impl Default for LogHistogram {
 
 impl LogHistogram {
     pub fn record(&mut self, v: f64) {
-        if !v.is_finite() {
+        self.record_n(v, 1);
+    }
+
+    /// Record `v` `count` times.
+    pub fn record_n(&mut self, v: f64, count: u64) {
+        if !v.is_finite() || count == 0 {
             return;
         }
         let v = v.max(0.0);
-        self.n += 1;
-        self.sum += v;
+        self.n += count;
+        self.sum += v * count as f64;
         self.min = self.min.min(v);
         self.max = self.max.max(v);
         if v < MIN_VALUE {
-            self.zeros += 1;
+            self.zeros += count;
             return;
         }
         let i = bucket_of(v);
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
         }
-        self.counts[i] += 1;
+        self.counts[i] += count;
     }
 
     pub fn count(&self) -> u64 {

@@ -104,11 +104,11 @@ impl Observer for ReportBuilder {
         row.ttft_n += 1;
     }
 
-    fn on_inter_token(&mut self, _engine: usize, itl_s: f64, t_s: f64) {
-        self.itl.record(itl_s);
+    fn on_inter_tokens(&mut self, _engine: usize, itl_s: f64, count: usize, t_s: f64) {
+        self.itl.record_n(itl_s, count as u64);
         let row = second(&mut self.seconds, t_s);
-        row.itl_mean_s += itl_s;
-        row.itl_n += 1;
+        row.itl_mean_s += itl_s * count as f64;
+        row.itl_n += count as u64;
         row.itl_max_s = row.itl_max_s.max(itl_s);
     }
 

@@ -52,7 +52,7 @@ impl Progress {
 
 impl Observer for Progress {
     fn on_first_token(&mut self, _: usize, _: &RequestTimes, _: f64, _: usize) {}
-    fn on_inter_token(&mut self, _: usize, _: f64, _: f64) {}
+    fn on_inter_tokens(&mut self, _: usize, _: f64, _: usize, _: f64) {}
     fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {
         self.tick();
     }
