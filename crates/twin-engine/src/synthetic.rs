@@ -82,7 +82,7 @@ impl TokenPlan for RandomTokens {
         // Never the stop token, never a placeholder. Multiply-shift instead of a 64-bit
         // division: the engine samples one of these per request per step.
         let range = u64::from(self.vocab_size - 3);
-        3 + ((rng.next_u64() >> 32) * range >> 32) as TokenId
+        3 + (((rng.next_u64() >> 32) * range) >> 32) as TokenId
     }
 }
 
