@@ -1,14 +1,8 @@
 //! The bridge to the simulator: controls → vLLM argv → `twin_sim::engine_args` →
 //! `twin_sim::startup` (the memory plan, or vLLM's refusal) → `twin_sim::run` with the
-//! sandbox's [`SeriesObserver`], stopped at the horizon or when cancelled.
-//!
-//! `twin_sim::run` has no stop hook, so the observer leaves it by unwinding with a
-//! [`Stop`] payload (`std::panic::resume_unwind`, which runs no panic hook); [`run`]
-//! catches exactly that payload. Everything the run owns is local to it, so abandoning it
-//! is safe. A real panic in the simulator is caught too and reported as an error instead
-//! of taking the server down.
+//! sandbox's [`SeriesObserver`], stopped at the horizon or when cancelled: the observer
+//! answers `should_stop()` (checked by the driver between events) and records why.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
@@ -221,33 +215,22 @@ pub fn run(
     };
     let t0 = Instant::now();
     let mut obs = SeriesObserver::new(BUCKET_S, prep.controls.duration_s, cancel, &mut on_point);
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        twin_sim::run(&prep.config, &prep.startup, &mut obs)
-    }));
-    let (stop, error) = match result {
-        Ok(Ok(())) => {
+    let result = twin_sim::run(&prep.config, &prep.startup, &mut obs);
+    let (stop, error) = match (result, obs.stop_reason()) {
+        // A cancelled run's last bucket is partial and nobody is waiting for it.
+        (Ok(()), Some(Stop::Cancelled)) => ("cancelled", None),
+        (Ok(()), Some(Stop::Horizon)) => {
+            obs.finish();
+            ("horizon", None)
+        }
+        (Ok(()), None) => {
             obs.finish();
             ("drained", None)
         }
-        Ok(Err(e)) => {
+        (Err(e), _) => {
             obs.finish();
             ("error", Some(e.to_string()))
         }
-        Err(payload) => match payload.downcast_ref::<Stop>() {
-            Some(Stop::Horizon) => {
-                obs.finish();
-                ("horizon", None)
-            }
-            Some(Stop::Cancelled) => ("cancelled", None),
-            None => {
-                let msg = payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown panic".into());
-                ("error", Some(format!("the simulator failed: {msg}")))
-            }
-        },
     };
     let totals = obs.totals.clone();
     drop(obs);

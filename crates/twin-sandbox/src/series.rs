@@ -3,6 +3,7 @@
 //! (gauges as the bucket's mean and max, counters as per-second rates, latency quantiles
 //! as `histogram_quantile` over a trailing window).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
@@ -153,7 +154,7 @@ struct Bucket {
     itl: LatencyHist,
 }
 
-/// Why a run ended early (carried by the unwind out of `twin_sim::run`).
+/// Why the observer asked `twin_sim::run` to stop early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
     /// Virtual time passed the horizon.
@@ -185,6 +186,9 @@ pub struct SeriesObserver<'a> {
     width_s: f64,
     horizon_s: f64,
     cancel: Option<&'a AtomicBool>,
+    /// Set once the run should end. A `Cell` because `should_stop(&self)` is where the
+    /// cancel flag is seen, and that reason must outlive the check.
+    stop: Cell<Option<Stop>>,
     sink: &'a mut dyn FnMut(Point),
     cur: Bucket,
     cur_index: u64,
@@ -205,6 +209,7 @@ impl<'a> SeriesObserver<'a> {
             width_s,
             horizon_s,
             cancel,
+            stop: Cell::new(None),
             sink,
             cur: Bucket::default(),
             cur_index: 0,
@@ -215,24 +220,32 @@ impl<'a> SeriesObserver<'a> {
         }
     }
 
-    /// Close buckets until `t_s` falls in the current one; stop the run past the horizon.
-    fn advance(&mut self, t_s: f64) {
-        if let Some(c) = self.cancel {
-            if c.load(Ordering::Relaxed) {
-                std::panic::resume_unwind(Box::new(Stop::Cancelled));
-            }
+    /// Why the run stopped early, if it did.
+    pub fn stop_reason(&self) -> Option<Stop> {
+        self.stop.get()
+    }
+
+    /// Close buckets until `t_s` falls in the current one. Returns false once the run is
+    /// over (cancelled, or `t_s` past the horizon): the caller then drops the event, since
+    /// the driver may still deliver the rest of the current step before it asks
+    /// `should_stop` again.
+    fn advance(&mut self, t_s: f64) -> bool {
+        if self.stop.get().is_some() {
+            return false;
         }
         if t_s >= self.horizon_s {
-            // Flush what lies inside the horizon, then stop the simulator.
+            // Flush what lies inside the horizon; nothing after it is shown.
             while ((self.cur_index + 1) as f64 * self.width_s) <= self.horizon_s + 1e-9 {
                 self.flush();
             }
-            std::panic::resume_unwind(Box::new(Stop::Horizon));
+            self.stop.set(Some(Stop::Horizon));
+            return false;
         }
         let idx = (t_s / self.width_s).floor().max(0.0) as u64;
         while self.cur_index < idx {
             self.flush();
         }
+        true
     }
 
     fn flush(&mut self) {
@@ -302,7 +315,9 @@ impl<'a> SeriesObserver<'a> {
 
 impl Observer for SeriesObserver<'_> {
     fn on_first_token(&mut self, _e: usize, times: &RequestTimes, frontend_s: f64, n: usize) {
-        self.advance(frontend_s);
+        if !self.advance(frontend_s) {
+            return;
+        }
         let ttft = frontend_s - times.arrival_s;
         self.cur.ttft.record(ttft);
         self.ttft_all.record(ttft);
@@ -316,24 +331,34 @@ impl Observer for SeriesObserver<'_> {
     }
 
     fn on_inter_tokens(&mut self, _e: usize, itl_s: f64, count: usize, t_s: f64) {
-        self.advance(t_s);
+        if !self.advance(t_s) {
+            return;
+        }
         let count = u32::try_from(count).unwrap_or(u32::MAX);
         self.cur.itl.record_n(itl_s, count);
         self.itl_all.record_n(itl_s, count);
     }
 
     fn on_finished(&mut self, _e: usize, r: &FinishedRequest<'_>) {
+        if self.stop.get().is_some() {
+            return;
+        }
         self.cur.finished += 1;
         self.totals.finished += 1;
         self.totals.preemptions += r.times.num_preemptions as u64;
     }
 
     fn on_rejected(&mut self, _req: &twin_workload::RequestSpec) {
+        if self.stop.get().is_some() {
+            return;
+        }
         self.totals.rejected += 1;
     }
 
     fn on_step(&mut self, _e: usize, s: &StepSample) {
-        self.advance(s.t_s);
+        if !self.advance(s.t_s) {
+            return;
+        }
         let b = &mut self.cur;
         if s.num_scheduled_tokens > 0 {
             b.steps += 1;
@@ -355,6 +380,17 @@ impl Observer for SeriesObserver<'_> {
             t.running_peak = t.running_peak.max(st.num_running_reqs);
             t.waiting_peak = t.waiting_peak.max(st.num_waiting_reqs);
         }
+    }
+
+    fn should_stop(&self) -> bool {
+        if self.stop.get().is_some() {
+            return true;
+        }
+        if self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            self.stop.set(Some(Stop::Cancelled));
+            return true;
+        }
+        false
     }
 }
 

@@ -267,7 +267,26 @@ async fn stream(
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if let Prepare::Ready(prep) = prepared {
         let flag2 = flag.clone();
-        tokio::task::spawn_blocking(move || run_blocking(&prep, &flag2, &tx));
+        let tx2 = tx.clone();
+        let run = tokio::task::spawn_blocking(move || run_blocking(&prep, &flag2, &tx));
+        // A panic in the simulator is a bug, but it must end this stream with an answer
+        // rather than a silent hang-up, and must not touch other clients' runs.
+        tokio::spawn(async move {
+            if let Err(e) = run.await {
+                let done = runs::Summary {
+                    stop: "error",
+                    error: Some(format!("the simulator failed: {e}")),
+                    wall_ms: 0.0,
+                    sim_s: 0.0,
+                    points: 0,
+                    totals: Default::default(),
+                    findings: Vec::new(),
+                };
+                let _ = tx2.send(Msg::Done(
+                    serde_json::to_string(&done).unwrap_or_else(|_| "{}".into()),
+                ));
+            }
+        });
     } else {
         drop(tx);
     }

@@ -83,6 +83,23 @@ fn a_cancelled_run_stops_at_once() {
 }
 
 #[test]
+fn cancelling_mid_run_stops_within_a_point() {
+    let prep = ready(&Controls::default());
+    let flag = AtomicBool::new(false);
+    let mut n = 0;
+    let s = runs::run(&prep, Some(&flag), &mut |_, _| {
+        n += 1;
+        if n == 10 {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    assert_eq!(s.stop, "cancelled");
+    // The driver asks between events; at 10 req/s one event never spans several seconds.
+    assert!((10..=11).contains(&n), "{n} points after cancelling at 10");
+    assert_eq!(s.points, n);
+}
+
+#[test]
 fn closed_loop_and_multi_turn_runs_stop_at_the_horizon() {
     for c in [
         Controls {
