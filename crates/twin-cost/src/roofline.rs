@@ -704,46 +704,53 @@ impl CostModel {
         let w = self.window;
 
         for s in seqs {
-            let n = u64::from(s.new_tokens);
-            if n == 0 {
+            if s.new_tokens == 0 {
                 continue;
             }
+            // f64 from u32 is one instruction (from u64 it is a sequence); the values are
+            // exact integers either way, so the sums below are bit-identical.
+            let n = u64::from(s.new_tokens);
+            let nf = f64::from(s.new_tokens);
             let ctx = u64::from(s.context_len);
+            let ctxf = f64::from(s.context_len);
+            let total = ctx + n;
+            let totalf = ctxf + nf;
             tokens += n;
             if s.emits_token {
                 emitting += 1;
                 rows += 1 + u64::from(s.draft_tokens.min(s.new_tokens.saturating_sub(1)));
-                draft_ctx_tokens += (ctx + n) as f64;
+                draft_ctx_tokens += totalf;
             }
             // GPUModelRunner: uniform decode = every request schedules uniform_decode_query_len.
             if s.new_tokens != self.decode_query_len {
                 uniform_decode = false;
             }
-            let total = ctx + n;
             kv_tokens += total;
             // Keys attended: full layers see every earlier token (causal within the chunk).
-            let keys_full = n as f64 * ctx as f64 + (n * (n + 1)) as f64 / 2.0;
-            let keys_sw = if self.sliding_layers > 0.0 {
-                sum_min_window(ctx + 1, total, w)
-            } else {
-                0.0
-            };
+            let keys_full = nf * ctxf + (nf * (nf + 1.0)) / 2.0;
             let decode_like = s.new_tokens <= ATTN_DECODE_MAX_QUERY_TOKENS;
             let per_qk = if decode_like {
                 self.qk_flops_decode
             } else {
                 self.qk_flops_prefill
             };
+            let (keys_sw, sw_tokens) = if self.sliding_layers > 0.0 {
+                (
+                    sum_min_window(ctx + 1, total, w),
+                    total.min(w.saturating_add(n)) as f64,
+                )
+            } else {
+                (0.0, 0.0)
+            };
             let mut flops = per_qk * (self.full_layers * keys_full + self.sliding_layers * keys_sw);
             if !decode_like {
-                flops += self.mla_up_proj_flops_per_ctx_token * total as f64 * self.layers;
+                flops += self.mla_up_proj_flops_per_ctx_token * totalf * self.layers;
             }
-            let sw_tokens = total.min(w.saturating_add(n)) as f64;
-            let bytes = self.full_layers * total as f64 * self.kv_bytes_full
+            let bytes = self.full_layers * totalf * self.kv_bytes_full
                 + self.sliding_layers * sw_tokens * self.kv_bytes_sliding
-                + self.layers * n as f64 * (self.q_bytes_per_token + self.kv_bytes_full);
+                + self.layers * nf * (self.q_bytes_per_token + self.kv_bytes_full);
             let mem_s = bytes / self.kv_bw
-                + self.full_layers * total as f64 * self.kv_token_overhead_s
+                + self.full_layers * totalf * self.kv_token_overhead_s
                 + self.sliding_layers * sw_tokens * self.kv_token_overhead_sliding_s;
             let comp_s = flops / self.attn_peak_flops;
             attn_s += if comp_s > mem_s { comp_s } else { mem_s };

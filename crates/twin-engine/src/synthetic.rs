@@ -62,10 +62,12 @@ pub struct RandomTokens {
 }
 
 impl TokenPlan for RandomTokens {
+    #[inline]
     fn needs_position(&self, h: ReqHandle) -> bool {
         !self.stop_at.is_empty() && self.stop_at.contains_key(&h)
     }
 
+    #[inline]
     fn token(
         &mut self,
         h: ReqHandle,
@@ -148,8 +150,16 @@ impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
                 out.push(&[]);
                 continue;
             }
+            if e.spec_range.is_empty() && !self.plan.needs_position(e.handle) {
+                // One sampled token, no position lookup: the whole of a plain decode step.
+                let t = self.plan.token(e.handle, 0, 0, &mut self.rng);
+                out.push_one(t);
+                self.last_sampled.push(e.handle);
+                continue;
+            }
+            let needs_position = self.plan.needs_position(e.handle);
             let (k0, min_tokens) = match sched.request(e.handle) {
-                Some(r) if self.plan.needs_position(e.handle) => (
+                Some(r) if needs_position => (
                     // Position of the first token this step samples (in-flight ones included).
                     r.num_output_tokens()
                         + r.num_output_placeholders

@@ -129,6 +129,22 @@ impl KVCacheManager {
         );
         let num_local_computed = req.num_computed_tokens + args.num_new_computed_tokens;
         let total_computed = num_local_computed.min(self.max_model_len);
+        // The common decode case: no hit blocks to adopt, no reservation, and the held
+        // blocks already cover the new slots. The general path below would allocate
+        // nothing and pass its free-block check (the watermark applies to admissions only).
+        if args.new_computed_blocks.is_empty()
+            && !args.full_sequence_must_fit
+            && (req.status == RequestStatus::Running || self.watermark_blocks == 0)
+        {
+            let need_slot = (total_computed + args.num_new_tokens + args.num_lookahead_tokens)
+                .min(self.max_model_len);
+            if need_slot <= req.block_ids.len() * self.block_size {
+                let num_tokens_to_cache =
+                    (total_computed + args.num_new_tokens).min(req.num_tokens());
+                self.cache_blocks(req, num_tokens_to_cache);
+                return true;
+            }
+        }
         let watermark_blocks = if args.has_scheduled_reqs
             && matches!(
                 req.status,
@@ -175,11 +191,21 @@ impl KVCacheManager {
 
     /// Enter the request's newly full blocks into the prefix cache.
     /// vLLM: `SingleTypeKVCacheManager.cache_blocks` / `BlockPool.cache_full_blocks`.
+    #[inline]
     pub fn cache_blocks(&mut self, req: &mut Request, num_tokens: usize) {
         if !self.enable_caching {
             return;
         }
         let num_cached = req.num_cached_block.unwrap_or(0);
+        // No new full block yet (most decode steps): skip the division and the call.
+        if num_tokens < (num_cached + 1) * self.block_size || req.block_hashes.len() <= num_cached {
+            return;
+        }
+        self.cache_new_full_blocks(req, num_tokens, num_cached);
+    }
+
+    #[inline(never)]
+    fn cache_new_full_blocks(&mut self, req: &mut Request, num_tokens: usize, num_cached: usize) {
         let num_hashed_tokens = req.block_hashes.len() * self.block_size;
         let num_full = num_tokens.min(num_hashed_tokens) / self.block_size;
         if num_cached >= num_full {

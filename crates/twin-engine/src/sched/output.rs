@@ -94,6 +94,14 @@ impl ModelRunnerOutput {
         self.ranges.push(start..self.tokens.len());
     }
 
+    /// [`Self::push`] for a single sampled token.
+    #[inline]
+    pub fn push_one(&mut self, token: TokenId) {
+        let start = self.tokens.len();
+        self.tokens.push(token);
+        self.ranges.push(start..start + 1);
+    }
+
     pub fn sampled(&self, index: usize) -> &[TokenId] {
         self.ranges
             .get(index)
