@@ -312,7 +312,7 @@
   function renderBanners(findings) {
     const root = $("banners");
     root.textContent = "";
-    const list = findings.length ? findings : (state.points.length ? [{ id: "healthy", severity: "ok", title: "No alert: KV below 0.85, no preemptions, latencies within the playbook's lines.", detail: "", advice: [] }] : []);
+    const list = findings.length ? findings : (state.points.length ? [{ id: "healthy", source: "", severity: "ok", title: "No alert: KV below 0.85, no preemptions, and the doctor names no playbook branch.", detail: "", evidence: [], advice: [] }] : []);
     for (const f of list) {
       const b = document.createElement("div");
       b.className = "banner " + f.severity;
@@ -321,7 +321,22 @@
       const t = document.createElement("b");
       t.textContent = (f.severity === "ok" ? "" : f.severity.toUpperCase() + " · ") + f.title;
       b.appendChild(t);
+      // Which voice speaks: the seed's alert line, or the doctor (and its playbook scenario).
+      if (f.source) {
+        const tag = document.createElement("span");
+        tag.className = "source";
+        tag.textContent = f.source === "doctor"
+          ? "doctor" + (f.scenario ? (f.scenario === "extra" ? " · beyond the playbook" : " · playbook " + f.scenario) : "") + " · " + f.id
+          : "alert · seed threshold";
+        b.appendChild(tag);
+      }
       if (f.detail) { const p = document.createElement("p"); p.textContent = f.detail; b.appendChild(p); }
+      if (f.evidence && f.evidence.length) {
+        const p = document.createElement("p");
+        p.className = "evidence";
+        p.textContent = f.evidence.join(" · ");
+        b.appendChild(p);
+      }
       if (f.advice && f.advice.length) {
         const p = document.createElement("p");
         p.className = "advice";

@@ -1,6 +1,6 @@
 //! Presets: the defaults plus the seed article's four playbook scenarios, each a set of
-//! controls that makes the twin show the scenario (checked by the tests: each preset's run
-//! raises its `expect` finding).
+//! controls that makes the twin show the scenario (checked by the tests: the doctor, watching
+//! each preset's run, names the preset's playbook branch).
 
 use serde::Serialize;
 
@@ -11,7 +11,9 @@ pub struct Preset {
     pub id: &'static str,
     pub name: &'static str,
     pub description: &'static str,
-    /// The finding id the run must raise (the banner the page shows).
+    /// The seed playbook's scenario (`1` … `4`; empty for the healthy default).
+    pub scenario: &'static str,
+    /// The doctor's branch id the run must raise (the banner the page shows; docs/doctor.md).
     pub expect: &'static str,
     pub controls: Controls,
 }
@@ -24,6 +26,7 @@ pub fn presets() -> Vec<Preset> {
             name: "Healthy chat",
             description: "Llama-3.1-8B on one H100 at vLLM defaults, chat-like traffic well \
                           below capacity: no alerts.",
+            scenario: "",
             expect: "",
             controls: d(),
         },
@@ -32,7 +35,8 @@ pub fn presets() -> Vec<Preset> {
             name: "1 · TTFT high, ITL normal (queueing)",
             description: "--max-num-seqs 16 pins num_requests_running at 16 while KV sits low: \
                           requests queue at the door (pseudo-saturation, playbook 1 branch A).",
-            expect: "playbook_1a_pseudo_saturation",
+            scenario: "1",
+            expect: "ttft-queue-pseudo-saturation",
             controls: Controls {
                 max_num_seqs: 16,
                 rate: 8.0,
@@ -45,7 +49,8 @@ pub fn presets() -> Vec<Preset> {
             description: "Mostly short chats plus long documents, with a 16k step budget: a \
                           long prefill lands in a decode step and stalls every stream \
                           (playbook 2 branch A).",
-            expect: "playbook_2a_prefill_interference",
+            scenario: "2",
+            expect: "itl-prefill-interference",
             controls: Controls {
                 rate: 3.0,
                 prompt_mean: 3000,
@@ -62,7 +67,8 @@ pub fn presets() -> Vec<Preset> {
             description: "Long generations on a small KV pool (--gpu-memory-utilization 0.5): \
                           running requests grow until the pool is exhausted and vLLM evicts \
                           them (playbook 3).",
-            expect: "playbook_3_preemption",
+            scenario: "3",
+            expect: "kv-preemption",
             controls: Controls {
                 traffic: Traffic::Concurrency,
                 concurrency: 256,
@@ -80,7 +86,8 @@ pub fn presets() -> Vec<Preset> {
             description: "Traffic at one replica's limit (96 sequences, a 0.45 memory share): KV \
                           > 0.65 and more than 3 waiting for 15 s, the seed's HPA trigger \
                           (playbook 4), before any preemption.",
-            expect: "playbook_4_scale_out",
+            scenario: "4",
+            expect: "autoscale-signal",
             controls: Controls {
                 rate: 20.0,
                 output_mean: 300,

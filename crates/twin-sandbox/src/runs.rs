@@ -12,7 +12,9 @@ use twin_sim::engine_args::parse_simulate_args;
 use twin_sim::{SimConfig, SimError, Startup};
 
 use crate::controls::{ControlError, Controls};
-use crate::findings::{self, Context, Finding};
+use twin_sim::metrics_bridge::MetricsObserver;
+
+use crate::findings::{self, Finding, LiveDoctor};
 use crate::series::{Point, SeriesObserver, Stop, Totals};
 
 /// Width of one time-series point, virtual seconds.
@@ -66,7 +68,12 @@ pub struct Prepared {
     pub config: SimConfig,
     pub startup: Startup,
     pub plan: PlanView,
-    pub ctx: Context,
+    /// The name `/metrics` labels series with (`model_name`).
+    pub served_model_name: String,
+    /// What the doctor is told of the configuration (its `--serve-args`): the explicit
+    /// flags, plus the step budget and sequence cap start-up resolved, which vLLM logs but
+    /// V1 metrics cannot reveal (docs/doctor.md).
+    pub doctor_serve_args: Vec<String>,
     /// Flags the parser accepted without modelling them.
     pub notes: Vec<String>,
 }
@@ -164,21 +171,25 @@ pub fn prepare(c: &Controls) -> Result<Prepare, ControlError> {
         cudagraph_sizes: cfg.cudagraph_capture_sizes.len(),
         log: p.to_string(),
     };
-    let ctx = Context {
-        max_num_seqs: startup.scheduler.max_num_seqs,
-        max_num_active_seqs: startup.scheduler.max_num_active_seqs,
-        max_num_batched_tokens: startup.scheduler.max_num_batched_tokens,
-        long_prefill_token_threshold: startup.scheduler.long_prefill_token_threshold,
-        kv_cache_dtype: c.kv_cache_dtype.clone(),
-        gpu_memory_utilization: cfg.gpu_memory_utilization,
-        prompt_mean: f64::from(c.prompt_mean),
-    };
+    let mut doctor_serve_args = c.vllm_flags();
+    for (flag, v) in [
+        (
+            "--max-num-batched-tokens",
+            startup.scheduler.max_num_batched_tokens,
+        ),
+        ("--max-num-seqs", startup.scheduler.max_num_seqs),
+    ] {
+        if !doctor_serve_args.iter().any(|a| a == flag) {
+            doctor_serve_args.extend([flag.to_string(), v.to_string()]);
+        }
+    }
     Ok(Prepare::Ready(Box::new(Prepared {
         controls: c.clone(),
         config: args.config,
         startup,
         plan,
-        ctx,
+        served_model_name: args.served_model_name,
+        doctor_serve_args,
         notes: args.notes,
     })))
 }
@@ -205,16 +216,31 @@ pub fn run(
     cancel: Option<&AtomicBool>,
     sink: &mut dyn FnMut(&Point, &[Finding]),
 ) -> Summary {
-    let hook = findings::doctor_hook();
+    let th = findings::Thresholds::default();
+    let mut doctor = LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
     let mut history: Vec<Point> = Vec::with_capacity(prep.controls.duration_s as usize + 2);
     let mut last_findings: Vec<Finding> = Vec::new();
-    let mut on_point = |p: Point| {
+    let mut on_point = |p: Point, recorder: &twin_metrics::MetricsRecorder| {
+        doctor.at(p.t, recorder);
         history.push(p);
-        last_findings = hook.findings(&history, &prep.ctx);
+        last_findings = findings::merge(findings::alerts(&history, &th), doctor.findings());
         sink(history.last().expect("just pushed"), &last_findings);
     };
     let t0 = Instant::now();
-    let mut obs = SeriesObserver::new(BUCKET_S, prep.controls.duration_s, cancel, &mut on_point);
+    let metrics = MetricsObserver::new(
+        &prep.startup,
+        &prep.served_model_name,
+        prep.config.data_parallel_size,
+        false,
+        None,
+    );
+    let mut obs = SeriesObserver::new(
+        BUCKET_S,
+        prep.controls.duration_s,
+        cancel,
+        metrics,
+        &mut on_point,
+    );
     let result = twin_sim::run(&prep.config, &prep.startup, &mut obs);
     let (stop, error) = match (result, obs.stop_reason()) {
         // A cancelled run's last bucket is partial and nobody is waiting for it.

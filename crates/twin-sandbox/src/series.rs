@@ -1,13 +1,17 @@
 //! The sandbox's observer: buckets the driver's events into one time-series point per
 //! virtual second, the way a Prometheus dashboard over vLLM's /metrics would show them
 //! (gauges as the bucket's mean and max, counters as per-second rates, latency quantiles
-//! as `histogram_quantile` over a trailing window).
+//! as `histogram_quantile` over a trailing window). It also feeds the twin's own vLLM
+//! metrics recorder (`twin_sim::metrics_bridge`), so whoever takes a point can read the
+//! `/metrics` a real server would expose at that moment (the live doctor scrapes it).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
+use twin_metrics::MetricsRecorder;
 use twin_sim::driver::RequestTimes;
+use twin_sim::metrics_bridge::MetricsObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample};
 
 /// Trailing window for latency quantiles, in buckets (`rate(...[10s])`).
@@ -181,7 +185,8 @@ pub struct Totals {
     pub waiting_peak: usize,
 }
 
-/// Buckets the run; hands each finished point to `sink`.
+/// Buckets the run; hands each finished point to `sink`, with the metrics recorder holding
+/// every event before the point's end.
 pub struct SeriesObserver<'a> {
     width_s: f64,
     horizon_s: f64,
@@ -189,7 +194,8 @@ pub struct SeriesObserver<'a> {
     /// Set once the run should end. A `Cell` because `should_stop(&self)` is where the
     /// cancel flag is seen, and that reason must outlive the check.
     stop: Cell<Option<Stop>>,
-    sink: &'a mut dyn FnMut(Point),
+    sink: &'a mut dyn FnMut(Point, &MetricsRecorder),
+    metrics: MetricsObserver,
     cur: Bucket,
     cur_index: u64,
     window: std::collections::VecDeque<(LatencyHist, LatencyHist, f64, f64, u64)>,
@@ -203,7 +209,8 @@ impl<'a> SeriesObserver<'a> {
         width_s: f64,
         horizon_s: f64,
         cancel: Option<&'a AtomicBool>,
-        sink: &'a mut dyn FnMut(Point),
+        metrics: MetricsObserver,
+        sink: &'a mut dyn FnMut(Point, &MetricsRecorder),
     ) -> Self {
         SeriesObserver {
             width_s,
@@ -211,6 +218,7 @@ impl<'a> SeriesObserver<'a> {
             cancel,
             stop: Cell::new(None),
             sink,
+            metrics,
             cur: Bucket::default(),
             cur_index: 0,
             window: Default::default(),
@@ -298,7 +306,7 @@ impl<'a> SeriesObserver<'a> {
             finished: b.finished,
         };
         self.cur_index += 1;
-        (self.sink)(p);
+        (self.sink)(p, self.metrics.recorder());
     }
 
     /// Flush the last partial bucket (a run that drained before the horizon).
@@ -314,7 +322,7 @@ impl<'a> SeriesObserver<'a> {
 }
 
 impl Observer for SeriesObserver<'_> {
-    fn on_first_token(&mut self, _e: usize, times: &RequestTimes, frontend_s: f64, n: usize) {
+    fn on_first_token(&mut self, e: usize, times: &RequestTimes, frontend_s: f64, n: usize) {
         if !self.advance(frontend_s) {
             return;
         }
@@ -328,34 +336,38 @@ impl Observer for SeriesObserver<'_> {
             self.cur.prefill_sum += f - s;
             self.cur.first_n += 1;
         }
+        self.metrics.on_first_token(e, times, frontend_s, n);
     }
 
-    fn on_inter_tokens(&mut self, _e: usize, itl_s: f64, count: usize, t_s: f64) {
+    fn on_inter_tokens(&mut self, e: usize, itl_s: f64, count: usize, t_s: f64) {
         if !self.advance(t_s) {
             return;
         }
-        let count = u32::try_from(count).unwrap_or(u32::MAX);
-        self.cur.itl.record_n(itl_s, count);
-        self.itl_all.record_n(itl_s, count);
+        let n = u32::try_from(count).unwrap_or(u32::MAX);
+        self.cur.itl.record_n(itl_s, n);
+        self.itl_all.record_n(itl_s, n);
+        self.metrics.on_inter_tokens(e, itl_s, count, t_s);
     }
 
-    fn on_finished(&mut self, _e: usize, r: &FinishedRequest<'_>) {
+    fn on_finished(&mut self, e: usize, r: &FinishedRequest<'_>) {
         if self.stop.get().is_some() {
             return;
         }
         self.cur.finished += 1;
         self.totals.finished += 1;
         self.totals.preemptions += r.times.num_preemptions as u64;
+        self.metrics.on_finished(e, r);
     }
 
-    fn on_rejected(&mut self, _req: &twin_workload::RequestSpec) {
+    fn on_rejected(&mut self, req: &twin_workload::RequestSpec) {
         if self.stop.get().is_some() {
             return;
         }
         self.totals.rejected += 1;
+        self.metrics.on_rejected(req);
     }
 
-    fn on_step(&mut self, _e: usize, s: &StepSample) {
+    fn on_step(&mut self, e: usize, s: &StepSample) {
         if !self.advance(s.t_s) {
             return;
         }
@@ -380,6 +392,7 @@ impl Observer for SeriesObserver<'_> {
             t.running_peak = t.running_peak.max(st.num_running_reqs);
             t.waiting_peak = t.waiting_peak.max(st.num_waiting_reqs);
         }
+        self.metrics.on_step(e, s);
     }
 
     fn should_stop(&self) -> bool {

@@ -140,6 +140,11 @@ async fn catalog() -> Response {
             "block_sizes": BLOCK_SIZES,
             "max_duration_s": MAX_DURATION_S,
             "thresholds": crate::findings::Thresholds::default(),
+            "doctor": {
+                "thresholds": twin_doctor::playbook::Thresholds::default(),
+                "interval_s": crate::findings::DOCTOR_INTERVAL_S,
+                "window_s": crate::findings::DOCTOR_WINDOW_S,
+            },
         }),
     )
 }

@@ -71,6 +71,10 @@ fn catalog_lists_models_gpus_and_the_playbook_presets() {
             "autoscaling"
         ]
     );
+    assert_eq!(v["thresholds"]["kv_warning"], 0.85);
+    assert_eq!(v["thresholds"]["kv_critical"], 0.98);
+    assert_eq!(v["doctor"]["window_s"], 60.0);
+    assert_eq!(v["doctor"]["thresholds"]["ttft_p95_s"], 1.0);
 }
 
 #[test]
@@ -200,6 +204,40 @@ fn simulate_returns_one_point_per_virtual_second() {
     assert_eq!(pts[59]["t"], 60.0);
     assert!(pts.iter().any(|p| p["tok_out"].as_f64().unwrap() > 0.0));
     assert!(pts[30]["ttft_p99"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn simulate_carries_the_doctors_findings_with_evidence_and_advice() {
+    let a = start_sandbox();
+    let p = twin_sandbox::presets::find("kv-preemption").unwrap();
+    let body = serde_json::to_string(&p.controls).unwrap();
+    let v = request(a, "POST", "/api/simulate", Some(&body)).json();
+    let run = &v["run"];
+    let seen: Vec<&str> = run["seen_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    for id in ["kv_critical", "preemptions", "kv-preemption"] {
+        assert!(seen.contains(&id), "{id} not in {seen:?}");
+    }
+    // The findings at the last point: the seed's alerts and the doctor's branches.
+    let f = run["summary"]["findings"].as_array().unwrap();
+    let doc = f
+        .iter()
+        .find(|x| x["id"] == "kv-preemption")
+        .unwrap_or_else(|| panic!("{f:?}"));
+    assert_eq!(doc["source"], "doctor");
+    assert_eq!(doc["scenario"], "3");
+    assert_eq!(doc["severity"], "critical");
+    assert!(!doc["evidence"].as_array().unwrap().is_empty());
+    assert!(!doc["advice"].as_array().unwrap().is_empty());
+    let alert = f.iter().find(|x| x["id"] == "kv_critical").unwrap();
+    assert_eq!(alert["source"], "alert");
+    // The healthy default: no alert and no doctor finding.
+    let v = request(a, "POST", "/api/simulate", Some(r#"{"duration_s": 90}"#)).json();
+    assert_eq!(v["run"]["seen_findings"], serde_json::json!([]));
 }
 
 #[test]

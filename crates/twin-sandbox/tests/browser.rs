@@ -360,13 +360,20 @@ fn the_page_works_in_headless_chromium() {
         "{cmd}"
     );
 
-    // Playbook preset 3: preemptions, with the critical banner.
+    // Playbook preset 3: preemptions, with the doctor's critical banner for scenario 3.
     let before = d.js(RUNS_DONE).as_u64().unwrap();
     d.choose("#preset", "kv-preemption");
     d.wait_js(
-        "the preemption banner",
-        "return !!document.querySelector('#banners .banner.critical[data-finding=playbook_3_preemption]')",
+        "the doctor's preemption banner",
+        "return !!document.querySelector('#banners .banner.critical[data-finding=kv-preemption]')",
         60,
+    );
+    let tag = d.js(
+        "return document.querySelector('#banners [data-finding=kv-preemption] .source').textContent",
+    );
+    assert!(
+        tag.as_str().unwrap().contains("doctor · playbook 3"),
+        "{tag}"
     );
     wait_run_after(&d, before, "the preemption preset's run");
     assert!(d

@@ -1,9 +1,11 @@
-//! The simulator bridge: presets raise their playbook banners, runs stop at the horizon,
-//! cancellation stops a run, findings follow the seed's thresholds.
+//! The simulator bridge: the doctor names each preset's playbook branch (and nothing on the
+//! healthy default), the seed's alerts fire at their thresholds, runs stop at the horizon,
+//! cancellation stops a run.
 
 use std::sync::atomic::AtomicBool;
 
 use twin_sandbox::controls::Controls;
+use twin_sandbox::findings::Finding;
 use twin_sandbox::runs::{self, Prepare, Prepared};
 
 fn ready(c: &Controls) -> Box<Prepared> {
@@ -13,29 +15,99 @@ fn ready(c: &Controls) -> Box<Prepared> {
     }
 }
 
+/// Every finding raised during the run, at its first appearance.
+fn first_findings(prep: &Prepared) -> (runs::Summary, Vec<Finding>) {
+    let mut seen: Vec<Finding> = Vec::new();
+    let s = runs::run(prep, None, &mut |_, f| {
+        for x in f {
+            if !seen.iter().any(|y| y.id == x.id) {
+                seen.push(x.clone());
+            }
+        }
+    });
+    (s, seen)
+}
+
 #[test]
-fn every_playbook_preset_raises_its_banner() {
+fn every_playbook_preset_raises_its_doctor_branch() {
     for p in twin_sandbox::presets::presets() {
-        let run = runs::run_collect(&ready(&p.controls));
-        assert_eq!(run.summary.stop, "horizon", "{}", p.id);
-        assert_eq!(run.points.len(), 300, "{}", p.id);
+        let (s, seen) = first_findings(&ready(&p.controls));
+        let ids: Vec<_> = seen.iter().map(|f| f.id).collect();
+        assert_eq!(s.stop, "horizon", "{}", p.id);
+        assert_eq!(s.points, 300, "{}", p.id);
         if p.expect.is_empty() {
+            assert!(seen.is_empty(), "{} should be healthy: {ids:?}", p.id);
+            continue;
+        }
+        let f = seen
+            .iter()
+            .find(|f| f.id == p.expect)
+            .unwrap_or_else(|| panic!("{}: expected {} in {ids:?}", p.id, p.expect));
+        // The doctor's branch for the preset's playbook scenario, with what to change.
+        assert_eq!(f.source, "doctor", "{}", p.id);
+        assert_eq!(f.scenario, p.scenario, "{}: {f:?}", p.id);
+        assert!(!f.advice.is_empty(), "{}: no recommendation in {f:?}", p.id);
+        assert!(!f.evidence.is_empty(), "{}: no evidence in {f:?}", p.id);
+    }
+}
+
+#[test]
+fn the_doctor_advises_what_each_scenario_needs() {
+    let advice = |id: &str, branch: &str| -> Vec<String> {
+        let p = twin_sandbox::presets::find(id).unwrap();
+        let (_, seen) = first_findings(&ready(&p.controls));
+        seen.into_iter()
+            .find(|f| f.id == branch)
+            .unwrap_or_else(|| panic!("{id}: no {branch}"))
+            .advice
+    };
+    let has = |a: &[String], s: &str| a.iter().any(|x| x.starts_with(s));
+    // 1: the sequence cap the sandbox set is the one to raise.
+    let a = advice("ttft-queueing", "ttft-queue-pseudo-saturation");
+    assert!(has(&a, "--max-num-seqs 16 ->"), "{a:?}");
+    // 2: the 16k step budget the sandbox set is the one to lower.
+    let a = advice("itl-interference", "itl-prefill-interference");
+    assert!(has(&a, "--max-num-batched-tokens 16384 -> 2048"), "{a:?}");
+    // 3: 0.34 has --max-num-active-seqs, so the doctor caps admission with it.
+    let a = advice("kv-preemption", "kv-preemption");
+    assert!(has(&a, "--max-num-active-seqs"), "{a:?}");
+    // 4: scale out, on the seed's signals.
+    let a = advice("autoscaling", "autoscale-signal");
+    assert!(has(&a, "scale out"), "{a:?}");
+}
+
+#[test]
+fn the_doctor_names_the_capacity_bottleneck_under_preemption() {
+    let p = twin_sandbox::presets::find("kv-preemption").unwrap();
+    let (_, seen) = first_findings(&ready(&p.controls));
+    assert!(
+        seen.iter().any(|f| f.id == "bottleneck-capacity"),
+        "{:?}",
+        seen.iter().map(|f| f.id).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn doctor_findings_change_only_at_its_scrapes() {
+    let p = twin_sandbox::presets::find("ttft-queueing").unwrap();
+    let mut per_point: Vec<(f64, Vec<&'static str>)> = Vec::new();
+    runs::run(&ready(&p.controls), None, &mut |pt, f| {
+        let ids = f.iter().filter(|x| x.source == "doctor").map(|x| x.id);
+        per_point.push((pt.t, ids.collect()));
+    });
+    let step = twin_sandbox::findings::DOCTOR_INTERVAL_S;
+    let mut changes = 0;
+    for w in per_point.windows(2) {
+        if w[0].1 != w[1].1 {
+            changes += 1;
+            let t = w[1].0;
             assert!(
-                run.seen_findings.is_empty(),
-                "{} should be healthy: {:?}",
-                p.id,
-                run.seen_findings
-            );
-        } else {
-            assert!(
-                run.seen_findings.contains(&p.expect),
-                "{}: expected {} in {:?}",
-                p.id,
-                p.expect,
-                run.seen_findings
+                t == 1.0 || (t / step - (t / step).round()).abs() < 1e-9,
+                "the doctor's findings changed at t={t}, between scrapes"
             );
         }
     }
+    assert!(changes >= 1, "the doctor never spoke: {per_point:?}");
 }
 
 #[test]
