@@ -177,6 +177,14 @@ impl LiveDoctor {
         &self.current
     }
 
+    /// The first scrape, as the engine starts (`recorder` has seen no event yet): the
+    /// window's baseline, so the first diagnosis at [`DOCTOR_INTERVAL_S`] has rates, not
+    /// since-start averages of a second of traffic.
+    pub fn start(&mut self, recorder: &MetricsRecorder) {
+        self.scrape(0.0, recorder);
+        self.next_scrape_s = DOCTOR_INTERVAL_S;
+    }
+
     /// Virtual time `t_s` has come and `recorder` holds everything before it: scrape if a
     /// scrape is due, and re-diagnose.
     pub fn at(&mut self, t_s: f64, recorder: &MetricsRecorder) {
@@ -187,18 +195,24 @@ impl LiveDoctor {
         while self.next_scrape_s <= t_s + 1e-9 {
             self.next_scrape_s += DOCTOR_INTERVAL_S;
         }
+        self.scrape(t_s, recorder);
+        let d = twin_doctor::analyze(&self.obs, &self.opts);
+        self.current = convert(&d);
+    }
+
+    fn scrape(&mut self, t_s: f64, recorder: &MetricsRecorder) {
         // Exactly what a scrape of the twin's /metrics returns, read the way the doctor
         // reads a live endpoint (tolerant parse; the twin's exposition has no bad lines).
         let (scrape, errors) = twin_metrics::parser::parse_lossy(&recorder.encode_text());
         debug_assert!(errors.is_empty(), "{errors:?}");
-        let scrape = normalize(scrape);
         let snaps = &mut self.obs.instances[0].snapshots;
-        snaps.push(Snapshot { t_s, scrape });
+        snaps.push(Snapshot {
+            t_s,
+            scrape: normalize(scrape),
+        });
         let keep_from = t_s - DOCTOR_WINDOW_S - 1e-9;
         let drop = snaps.iter().take_while(|s| s.t_s < keep_from).count();
         snaps.drain(..drop);
-        let d = twin_doctor::analyze(&self.obs, &self.opts);
-        self.current = convert(&d);
     }
 }
 

@@ -216,8 +216,17 @@ pub fn run(
     cancel: Option<&AtomicBool>,
     sink: &mut dyn FnMut(&Point, &[Finding]),
 ) -> Summary {
+    let t0 = Instant::now();
     let th = findings::Thresholds::default();
+    let metrics = MetricsObserver::new(
+        &prep.startup,
+        &prep.served_model_name,
+        prep.config.data_parallel_size,
+        false,
+        None,
+    );
     let mut doctor = LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
+    doctor.start(metrics.recorder());
     let mut history: Vec<Point> = Vec::with_capacity(prep.controls.duration_s as usize + 2);
     let mut last_findings: Vec<Finding> = Vec::new();
     let mut on_point = |p: Point, recorder: &twin_metrics::MetricsRecorder| {
@@ -226,14 +235,6 @@ pub fn run(
         last_findings = findings::merge(findings::alerts(&history, &th), doctor.findings());
         sink(history.last().expect("just pushed"), &last_findings);
     };
-    let t0 = Instant::now();
-    let metrics = MetricsObserver::new(
-        &prep.startup,
-        &prep.served_model_name,
-        prep.config.data_parallel_size,
-        false,
-        None,
-    );
     let mut obs = SeriesObserver::new(
         BUCKET_S,
         prep.controls.duration_s,
