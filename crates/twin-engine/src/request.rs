@@ -236,10 +236,17 @@ impl Request {
     }
 
     /// Hash any new full blocks. vLLM: `kv_cache_utils.get_request_block_hasher`.
+    #[inline]
     fn update_block_hashes(&mut self) {
-        if !self.hash_blocks {
-            return;
+        // Called after every appended token; a block fills once per block_size of them.
+        if self.hash_blocks && (self.block_hashes.len() + 1) * self.block_size <= self.all_token_ids.len()
+        {
+            self.hash_new_full_blocks();
         }
+    }
+
+    #[inline(never)]
+    fn hash_new_full_blocks(&mut self) {
         let bs = self.block_size;
         while (self.block_hashes.len() + 1) * bs <= self.all_token_ids.len() {
             let i = self.block_hashes.len();
