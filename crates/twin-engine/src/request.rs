@@ -239,7 +239,8 @@ impl Request {
     #[inline]
     fn update_block_hashes(&mut self) {
         // Called after every appended token; a block fills once per block_size of them.
-        if self.hash_blocks && (self.block_hashes.len() + 1) * self.block_size <= self.all_token_ids.len()
+        if self.hash_blocks
+            && (self.block_hashes.len() + 1) * self.block_size <= self.all_token_ids.len()
         {
             self.hash_new_full_blocks();
         }
