@@ -688,6 +688,22 @@ impl CostModel {
         self.step_cost(batch.seqs())
     }
 
+    /// Whether a one-token query's attention is memory-bound at every context length: its
+    /// compute time is `a·T` and its memory time `b·T + c` (T keys), so `a ≤ b, c ≥ 0`.
+    /// Only for models without sliding-window layers (their terms are not affine in T).
+    fn single_token_attention_is_memory_bound(&self) -> bool {
+        // A one-token query takes the decode kernel's rates.
+        const _: () = assert!(ATTN_DECODE_MAX_QUERY_TOKENS >= 1);
+        if self.sliding_layers > 0.0 {
+            return false;
+        }
+        let a = self.qk_flops_decode * self.full_layers / self.attn_peak_flops;
+        let b = self.full_layers * self.kv_bytes_full / self.kv_bw
+            + self.full_layers * self.kv_token_overhead_s;
+        let c = self.layers * (self.q_bytes_per_token + self.kv_bytes_full) / self.kv_bw;
+        a <= b && c >= 0.0
+    }
+
     /// Cost of one step over a slice of scheduled requests (no allocation; O(len)).
     pub fn step_cost(&self, seqs: &[SeqChunk]) -> StepCost {
         let mut tokens: u64 = 0;
@@ -702,6 +718,9 @@ impl CostModel {
         let mut uniform_decode = true;
         let mut draft_ctx_tokens = 0.0;
         let w = self.window;
+        let single_token_memory_bound = self.single_token_attention_is_memory_bound();
+        let mut single_count = 0.0;
+        let mut single_total_tokens = 0.0;
 
         for s in seqs {
             if s.new_tokens == 0 {
@@ -726,6 +745,12 @@ impl CostModel {
                 uniform_decode = false;
             }
             kv_tokens += total;
+            if single_token_memory_bound && s.new_tokens == 1 {
+                // Summed in closed form after the loop.
+                single_count += 1.0;
+                single_total_tokens += totalf;
+                continue;
+            }
             // Keys attended: full layers see every earlier token (causal within the chunk).
             let keys_full = nf * ctxf + (nf * (nf + 1.0)) / 2.0;
             let decode_like = s.new_tokens <= ATTN_DECODE_MAX_QUERY_TOKENS;
@@ -754,6 +779,21 @@ impl CostModel {
                 + self.sliding_layers * sw_tokens * self.kv_token_overhead_sliding_s;
             let comp_s = flops / self.attn_peak_flops;
             attn_s += if comp_s > mem_s { comp_s } else { mem_s };
+            attn_c += comp_s;
+            attn_m += mem_s;
+            attn_flops += flops;
+            attn_bytes += bytes;
+        }
+        if single_count > 0.0 {
+            // One query token over T = context + 1 keys: every term is affine in T, and the
+            // memory side wins at every T, so the per-sequence sums collapse to these.
+            let flops = self.qk_flops_decode * (self.full_layers * single_total_tokens);
+            let bytes = self.full_layers * single_total_tokens * self.kv_bytes_full
+                + single_count * self.layers * (self.q_bytes_per_token + self.kv_bytes_full);
+            let mem_s = bytes / self.kv_bw
+                + self.full_layers * single_total_tokens * self.kv_token_overhead_s;
+            let comp_s = flops / self.attn_peak_flops;
+            attn_s += mem_s;
             attn_c += comp_s;
             attn_m += mem_s;
             attn_flops += flops;

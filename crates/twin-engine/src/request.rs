@@ -120,41 +120,45 @@ pub struct PrefillStats {
 }
 
 /// A request inside the engine. Field names follow `vllm.v1.request.Request`.
+/// Laid out hot-first (`repr(C)` keeps the order): a decode step reads the counters, the
+/// token / block vectors and the stop parameters, so those share the first cache lines;
+/// identity and priority fields, read at admission and preemption, come last.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Request {
-    pub request_id: String,
-    pub arrival_time_s: f64,
-    pub priority: i64,
-    /// Creation order; the last tie-break of the priority order (vLLM uses `id()`).
-    pub(crate) seq: u64,
     pub status: RequestStatus,
-    pub sampling: SamplingParams,
-    pub max_tokens: usize,
-    pub(crate) all_token_ids: Vec<TokenId>,
-    pub num_prompt_tokens: usize,
-    pub spec_token_ids: Vec<TokenId>,
+    /// Set after each `schedule()` for the requests it scheduled.
+    pub is_prefill_chunk: bool,
+    pub drop_stale_output: bool,
+    pub(crate) hash_blocks: bool,
     pub num_computed_tokens: usize,
     pub num_output_placeholders: usize,
     pub num_in_flight_tokens: usize,
     pub num_stale_output_tokens: usize,
-    pub drop_stale_output: bool,
-    /// Set after each `schedule()` for the requests it scheduled.
-    pub is_prefill_chunk: bool,
-    pub num_preemptions: usize,
-    pub stop_reason: Option<TokenId>,
-    pub cache_salt: Option<String>,
-    pub lora_name: Option<String>,
-    /// Chained hashes of every full block of known tokens (empty without prefix caching).
-    pub(crate) block_hashes: Vec<BlockHash>,
+    pub num_prompt_tokens: usize,
+    pub max_tokens: usize,
+    pub(crate) block_size: usize,
+    pub(crate) all_token_ids: Vec<TokenId>,
     /// Physical blocks held, in block-table order. vLLM: `req_to_blocks`.
     pub(crate) block_ids: Vec<u32>,
+    pub spec_token_ids: Vec<TokenId>,
+    /// Chained hashes of every full block of known tokens (empty without prefix caching).
+    pub(crate) block_hashes: Vec<BlockHash>,
     /// Blocks of this request already entered in the prefix cache; `None` = untracked.
     /// vLLM: `SingleTypeKVCacheManager.num_cached_block`.
     pub(crate) num_cached_block: Option<usize>,
     pub(crate) events: Vec<EngineCoreEvent>,
     pub(crate) prefill_stats: Option<PrefillStats>,
-    pub(crate) hash_blocks: bool,
-    pub(crate) block_size: usize,
+    pub stop_reason: Option<TokenId>,
+    pub num_preemptions: usize,
+    pub sampling: SamplingParams,
+    pub request_id: String,
+    pub arrival_time_s: f64,
+    pub priority: i64,
+    /// Creation order; the last tie-break of the priority order (vLLM uses `id()`).
+    pub(crate) seq: u64,
+    pub cache_salt: Option<String>,
+    pub lora_name: Option<String>,
 }
 
 impl Request {
@@ -236,10 +240,18 @@ impl Request {
     }
 
     /// Hash any new full blocks. vLLM: `kv_cache_utils.get_request_block_hasher`.
+    #[inline]
     fn update_block_hashes(&mut self) {
-        if !self.hash_blocks {
-            return;
+        // Called after every appended token; a block fills once per block_size of them.
+        if self.hash_blocks
+            && (self.block_hashes.len() + 1) * self.block_size <= self.all_token_ids.len()
+        {
+            self.hash_new_full_blocks();
         }
+    }
+
+    #[inline(never)]
+    fn hash_new_full_blocks(&mut self) {
         let bs = self.block_size;
         while (self.block_hashes.len() + 1) * bs <= self.all_token_ids.len() {
             let i = self.block_hashes.len();

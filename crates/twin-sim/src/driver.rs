@@ -160,9 +160,15 @@ pub struct RequestTimes {
     pub num_cached_tokens: usize,
 }
 
+/// What the driver keeps per request in the engine. Split hot/cold: the output loop reads
+/// `times` every step, the spec and kept outputs only at the end (and for sessions).
 struct Tracked {
-    spec: RequestSpec,
     times: RequestTimes,
+    keeps_outputs: bool,
+}
+
+struct TrackedCold {
+    spec: RequestSpec,
     /// Output tokens, kept only when a later session turn needs them.
     outputs: Vec<u32>,
 }
@@ -178,6 +184,7 @@ struct EngineSlot {
     /// End times of batches in flight, oldest first.
     in_flight_end_s: std::collections::VecDeque<f64>,
     tracked: Vec<Option<Tracked>>,
+    tracked_cold: Vec<Option<TrackedCold>>,
     num_in_system: usize,
 }
 
@@ -210,6 +217,7 @@ pub fn run(
             gpu_free_s: 0.0,
             in_flight_end_s: Default::default(),
             tracked: Vec::new(),
+            tracked_cold: Vec::new(),
             num_in_system: 0,
         });
     }
@@ -270,15 +278,19 @@ pub fn run(
                 );
                 if slot.tracked.len() <= h.index() {
                     slot.tracked.resize_with(h.index() + 1, || None);
+                    slot.tracked_cold.resize_with(h.index() + 1, || None);
                 }
-                let keep_outputs = spec.session.is_some();
+                let keeps_outputs = spec.session.is_some();
                 slot.tracked[h.index()] = Some(Tracked {
                     times: RequestTimes {
                         arrival_s: spec.arrival_time_s,
                         queued_s: add_s,
                         ..Default::default()
                     },
-                    outputs: if keep_outputs {
+                    keeps_outputs,
+                });
+                slot.tracked_cold[h.index()] = Some(TrackedCold {
+                    outputs: if keeps_outputs {
                         Vec::with_capacity(max_tokens)
                     } else {
                         Vec::new()
@@ -417,12 +429,15 @@ fn step_engine(
                 }
                 tr.times.last_token_s = out_time;
                 tr.times.num_generation_tokens += toks.len();
-                if tr.spec.session.is_some() {
-                    tr.outputs.extend_from_slice(toks);
+                if tr.keeps_outputs {
+                    if let Some(Some(cold)) = slot.tracked_cold.get_mut(o.handle.index()) {
+                        cold.outputs.extend_from_slice(toks);
+                    }
                 }
             }
             if let Some(reason) = o.finish_reason {
                 let tr = slot.tracked[o.handle.index()].take().expect("tracked");
+                let cold = slot.tracked_cold[o.handle.index()].take().expect("tracked");
                 finished += 1;
                 slot.runner.forget(o.handle);
                 let e2e_end = out_time + frontend::DETOKENIZE_S;
@@ -436,7 +451,7 @@ fn step_engine(
                         e2e_s: e2e_end - tr.times.arrival_s,
                     },
                 );
-                workload.on_finished(&tr.spec, Some(&tr.outputs), e2e_end);
+                workload.on_finished(&cold.spec, Some(&cold.outputs), e2e_end);
             }
         }
         if let Some((v, n)) = itl_run {

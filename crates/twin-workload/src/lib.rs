@@ -122,13 +122,28 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Spare capacity for the outputs the engine appends to a prompt's vector, so that
+/// appending does not copy the prompt (the engine reserves up to 2,048 itself).
+fn output_room(max_tokens: usize) -> usize {
+    max_tokens.min(2048)
+}
+
 /// Deterministic tokens for a content key: the same key always gives the same tokens.
 pub fn synth_tokens(key: u64, n: usize, out: &mut Vec<u32>) {
     let mut s = mix(key ^ 0x5DEE_CE66_D1CE_4E5B);
     out.reserve(n);
-    for _ in 0..n {
+    // Two tokens per mixed word (multiply-shift on each half): prompts are most of the
+    // per-request work outside the engine's steps.
+    let span = u64::from(TOKEN_SPAN);
+    let token = |half: u64| TOKEN_LO + ((half * span) >> 32) as u32;
+    for _ in 0..n / 2 {
         s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        out.push(TOKEN_LO + (mix(s) % u64::from(TOKEN_SPAN)) as u32);
+        let z = mix(s);
+        out.extend_from_slice(&[token(z & 0xFFFF_FFFF), token(z >> 32)]);
+    }
+    if n % 2 == 1 {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        out.push(token(mix(s) & 0xFFFF_FFFF));
     }
 }
 
@@ -271,13 +286,12 @@ impl Workload {
 
     fn fresh(&mut self, id: u64, t: f64) -> RequestSpec {
         let group = self.pick_group();
-        let mut prompt = Vec::new();
-        if let Some(g) = group {
-            prompt.extend_from_slice(&self.group_tokens[g]);
-        }
         let n = self.spec.input_len.sample(&mut self.rng);
-        synth_tokens(0x1000_0000_0000 + id, n, &mut prompt);
         let max_tokens = self.spec.output_len.sample(&mut self.rng);
+        let prefix: &[u32] = group.map_or(&[], |g| &self.group_tokens[g]);
+        let mut prompt = Vec::with_capacity(prefix.len() + n + output_room(max_tokens));
+        prompt.extend_from_slice(prefix);
+        synth_tokens(0x1000_0000_0000 + id, n, &mut prompt);
         let mut session = None;
         if let Some(s) = &self.spec.sessions {
             let turns = s.turns.sample(&mut self.rng).max(1) as u32;

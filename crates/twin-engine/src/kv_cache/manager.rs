@@ -114,6 +114,33 @@ impl KVCacheManager {
         required.saturating_sub(held) + evictable
     }
 
+    /// `allocate_slots` for the common decode case: no hit blocks to adopt, no full-sequence
+    /// reservation, and the blocks held already cover the new slots. Returns false, having
+    /// changed nothing, when that is not the case. The general path would allocate nothing
+    /// and pass its free-block check (the watermark applies to admissions only).
+    #[inline]
+    pub fn allocate_in_held_blocks(
+        &mut self,
+        req: &mut Request,
+        num_new_tokens: usize,
+        num_lookahead_tokens: usize,
+    ) -> bool {
+        if num_new_tokens == 0
+            || !(req.status == RequestStatus::Running || self.watermark_blocks == 0)
+        {
+            return false;
+        }
+        let total_computed = req.num_computed_tokens.min(self.max_model_len);
+        let need_slot =
+            (total_computed + num_new_tokens + num_lookahead_tokens).min(self.max_model_len);
+        if need_slot > req.block_ids.len() * self.block_size {
+            return false;
+        }
+        let num_tokens_to_cache = (total_computed + num_new_tokens).min(req.num_tokens());
+        self.cache_blocks(req, num_tokens_to_cache);
+        true
+    }
+
     /// Reserve slots for `num_new_tokens` more tokens (after any prefix hit), appending
     /// newly allocated block ids to `new_blocks`. Returns false, changing nothing, when
     /// the pool cannot hold them. vLLM: `KVCacheManager.allocate_slots`.
@@ -127,24 +154,15 @@ impl KVCacheManager {
             args.num_new_tokens > 0 || args.num_new_computed_tokens > 0,
             "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
         );
+        if args.new_computed_blocks.is_empty()
+            && args.num_new_computed_tokens == 0
+            && !args.full_sequence_must_fit
+            && self.allocate_in_held_blocks(req, args.num_new_tokens, args.num_lookahead_tokens)
+        {
+            return true;
+        }
         let num_local_computed = req.num_computed_tokens + args.num_new_computed_tokens;
         let total_computed = num_local_computed.min(self.max_model_len);
-        // The common decode case: no hit blocks to adopt, no reservation, and the held
-        // blocks already cover the new slots. The general path below would allocate
-        // nothing and pass its free-block check (the watermark applies to admissions only).
-        if args.new_computed_blocks.is_empty()
-            && !args.full_sequence_must_fit
-            && (req.status == RequestStatus::Running || self.watermark_blocks == 0)
-        {
-            let need_slot = (total_computed + args.num_new_tokens + args.num_lookahead_tokens)
-                .min(self.max_model_len);
-            if need_slot <= req.block_ids.len() * self.block_size {
-                let num_tokens_to_cache =
-                    (total_computed + args.num_new_tokens).min(req.num_tokens());
-                self.cache_blocks(req, num_tokens_to_cache);
-                return true;
-            }
-        }
         let watermark_blocks = if args.has_scheduled_reqs
             && matches!(
                 req.status,

@@ -249,8 +249,9 @@ impl Scheduler {
             }
             let n = n as usize;
             let block_start = out.block_ids.len();
-            let mut scheduled = false;
-            loop {
+            let r = self.requests.req_mut(h);
+            let mut scheduled = self.kv.allocate_in_held_blocks(r, n, num_lookahead_tokens);
+            while !scheduled {
                 let r = self.requests.req_mut(h);
                 let args = AllocateSlots {
                     num_new_tokens: n,
@@ -329,7 +330,8 @@ impl Scheduler {
                 spec_range: spec_start..out.spec_token_ids.len(),
                 samples: false,
             };
-            out.scheduled.insert(num_running_scheduled, entry);
+            debug_assert_eq!(num_running_scheduled, out.scheduled.len());
+            out.scheduled.push(entry);
             num_running_scheduled += 1;
             token_budget -= n as i64;
             input_budget -= n as i64 + draft_slots;
@@ -622,6 +624,48 @@ impl Scheduler {
                 continue;
             };
             r.num_in_flight_tokens -= e.num_scheduled_tokens;
+            let generated = mro.sampled(idx);
+            if generated.len() == 1
+                && e.spec_range.is_empty()
+                && r.num_stale_output_tokens == 0
+                && r.status == RequestStatus::Running
+            {
+                // The common case (one sampled token, no drafts, nothing stale): the general
+                // path below, minus the branches that cannot apply.
+                let token_start = outputs.tokens.len();
+                let had_placeholders = r.num_output_placeholders > 0;
+                let stopped = append_one_token(r, generated[0], self.config.max_model_len);
+                outputs.tokens.push(generated[0]);
+                if had_placeholders || num_spec_tokens > 0 {
+                    let n = r.num_computed_tokens - r.num_in_flight_tokens;
+                    self.kv.cache_blocks(r, n);
+                }
+                let out = EngineCoreOutput {
+                    handle: h,
+                    new_token_range: token_start..token_start + 1,
+                    finish_reason: if stopped {
+                        r.status.finish_reason()
+                    } else {
+                        None
+                    },
+                    stop_reason: r.stop_reason,
+                    events: if r.events.is_empty() {
+                        Vec::new()
+                    } else {
+                        std::mem::take(&mut r.events)
+                    },
+                    prefill_stats: r.prefill_stats.take(),
+                    num_prompt_tokens: r.num_prompt_tokens,
+                    max_tokens: r.max_tokens,
+                    num_preemptions: r.num_preemptions,
+                };
+                outputs.outputs.push(out);
+                if stopped {
+                    self.stopped.push(h);
+                    self.free_request(h);
+                }
+                continue;
+            }
             let mut stale = false;
             if r.num_stale_output_tokens > 0 {
                 stale = true;
@@ -630,7 +674,6 @@ impl Scheduler {
             if r.is_finished() || (stale && r.drop_stale_output) {
                 continue;
             }
-            let generated = mro.sampled(idx);
             let spec = so.spec_tokens(e);
             if !spec.is_empty() && !generated.is_empty() {
                 let num_draft = spec.len();
@@ -827,6 +870,17 @@ fn update_request_with_output(
     if !stale && r.num_output_placeholders > 0 {
         // Resolve every returned token, those trimmed at a stop included.
         r.num_output_placeholders -= generated.len();
+    }
+    stopped
+}
+
+/// [`update_request_with_output`] for one token of a request with nothing stale.
+#[inline]
+fn append_one_token(r: &mut Request, tok: TokenId, max_model_len: usize) -> bool {
+    r.append_output_token(tok);
+    let stopped = check_stop(r, max_model_len);
+    if r.num_output_placeholders > 0 {
+        r.num_output_placeholders -= 1;
     }
     stopped
 }
