@@ -214,6 +214,8 @@ impl Scheduler {
         let mut prefill_scheduled = false;
         let mut prefill_admitted = false;
         let mut num_running_scheduled = 0usize;
+        let mut num_updated = 0usize;
+        let async_scheduling = cfg.async_scheduling;
 
         // ===== RUNNING requests, in list order =====
         let mut i = 0;
@@ -321,7 +323,7 @@ impl Scheduler {
                 // Fresh drafts arrive through update_draft_token_ids before the next step.
                 r.spec_token_ids.clear();
             }
-            let entry = ScheduledRequest {
+            let mut entry = ScheduledRequest {
                 handle: h,
                 kind: ScheduledKind::Running,
                 num_scheduled_tokens: n,
@@ -330,6 +332,13 @@ impl Scheduler {
                 spec_range: spec_start..out.spec_token_ids.len(),
                 samples: false,
             };
+            if !priority {
+                // FCFS preempts only requests later in the list, so nothing undoes this
+                // entry and nothing later in schedule() reads this request: apply its
+                // `_update_after_schedule` now, while its state is in cache.
+                after_schedule(r, &mut entry, async_scheduling, num_spec_tokens);
+                num_updated += 1;
+            }
             debug_assert_eq!(num_running_scheduled, out.scheduled.len());
             out.scheduled.push(entry);
             num_running_scheduled += 1;
@@ -491,7 +500,7 @@ impl Scheduler {
         out.num_spec_tokens_to_schedule = num_spec_tokens;
         std::mem::swap(&mut out.finished_req_ids, &mut self.finished_req_ids);
         self.finished_req_ids.clear();
-        self.update_after_schedule(out);
+        self.update_after_schedule(out, num_updated);
     }
 
     /// vLLM: `max(running, key=(priority, arrival_time))` (first maximum wins).
@@ -572,21 +581,13 @@ impl Scheduler {
     }
 
     /// vLLM: `Scheduler._update_after_schedule` (+ `AsyncScheduler`'s placeholders).
-    fn update_after_schedule(&mut self, out: &mut SchedulerOutput) {
+    /// Entries before `num_done` were already updated by the running pass.
+    fn update_after_schedule(&mut self, out: &mut SchedulerOutput, num_done: usize) {
         let async_scheduling = self.config.async_scheduling;
         let num_spec = out.num_spec_tokens_to_schedule;
-        for e in &mut out.scheduled {
+        for e in &mut out.scheduled[num_done..] {
             let r = self.requests.req_mut(e.handle);
-            r.num_computed_tokens += e.num_scheduled_tokens;
-            r.num_in_flight_tokens += e.num_scheduled_tokens;
-            r.is_prefill_chunk = r.num_computed_tokens < r.num_tokens() + r.num_output_placeholders;
-            e.samples = !r.is_prefill_chunk;
-            if async_scheduling && !r.is_prefill_chunk {
-                r.num_output_placeholders += 1 + e.spec_range.len();
-                r.spec_token_ids.clear();
-                r.spec_token_ids
-                    .extend(std::iter::repeat_n(PLACEHOLDER_TOKEN_ID, num_spec));
-            }
+            after_schedule(r, e, async_scheduling, num_spec);
         }
     }
 
@@ -872,6 +873,27 @@ fn update_request_with_output(
         r.num_output_placeholders -= generated.len();
     }
     stopped
+}
+
+/// One entry of `_update_after_schedule`: commit the scheduled tokens, mark prefill
+/// chunks, and (async) reserve output placeholders.
+#[inline]
+fn after_schedule(
+    r: &mut Request,
+    e: &mut ScheduledRequest,
+    async_scheduling: bool,
+    num_spec: usize,
+) {
+    r.num_computed_tokens += e.num_scheduled_tokens;
+    r.num_in_flight_tokens += e.num_scheduled_tokens;
+    r.is_prefill_chunk = r.num_computed_tokens < r.num_tokens() + r.num_output_placeholders;
+    e.samples = !r.is_prefill_chunk;
+    if async_scheduling && !r.is_prefill_chunk {
+        r.num_output_placeholders += 1 + e.spec_range.len();
+        r.spec_token_ids.clear();
+        r.spec_token_ids
+            .extend(std::iter::repeat_n(PLACEHOLDER_TOKEN_ID, num_spec));
+    }
 }
 
 /// [`update_request_with_output`] for one token of a request with nothing stale.
