@@ -641,25 +641,7 @@ impl Scheduler {
                     let n = r.num_computed_tokens - r.num_in_flight_tokens;
                     self.kv.cache_blocks(r, n);
                 }
-                let out = EngineCoreOutput {
-                    handle: h,
-                    new_token_range: token_start..token_start + 1,
-                    finish_reason: if stopped {
-                        r.status.finish_reason()
-                    } else {
-                        None
-                    },
-                    stop_reason: r.stop_reason,
-                    events: if r.events.is_empty() {
-                        Vec::new()
-                    } else {
-                        std::mem::take(&mut r.events)
-                    },
-                    prefill_stats: r.prefill_stats.take(),
-                    num_prompt_tokens: r.num_prompt_tokens,
-                    max_tokens: r.max_tokens,
-                    num_preemptions: r.num_preemptions,
-                };
+                let out = engine_core_output(r, h, token_start..token_start + 1, stopped);
                 outputs.outputs.push(out);
                 if stopped {
                     self.stopped.push(h);
@@ -716,23 +698,7 @@ impl Scheduler {
             if num_new == 0 && !stopped {
                 continue;
             }
-            let prefill_stats = r.prefill_stats.take();
-            let events = std::mem::take(&mut r.events);
-            let out = EngineCoreOutput {
-                handle: h,
-                new_token_range: token_start..outputs.tokens.len(),
-                finish_reason: if stopped {
-                    r.status.finish_reason()
-                } else {
-                    None
-                },
-                stop_reason: r.stop_reason,
-                events,
-                prefill_stats,
-                num_prompt_tokens: r.num_prompt_tokens,
-                max_tokens: r.max_tokens,
-                num_preemptions: r.num_preemptions,
-            };
+            let out = engine_core_output(r, h, token_start..outputs.tokens.len(), stopped);
             outputs.outputs.push(out);
             if stopped {
                 self.stopped.push(h);
@@ -873,6 +839,37 @@ fn update_request_with_output(
         r.num_output_placeholders -= generated.len();
     }
     stopped
+}
+
+/// A request's news from this step, taking its pending events and first-output stats.
+/// vLLM: the `EngineCoreOutput` built in `update_from_output`.
+#[inline]
+fn engine_core_output(
+    r: &mut Request,
+    h: ReqHandle,
+    new_token_range: std::ops::Range<usize>,
+    stopped: bool,
+) -> EngineCoreOutput {
+    EngineCoreOutput {
+        handle: h,
+        new_token_range,
+        finish_reason: if stopped {
+            r.status.finish_reason()
+        } else {
+            None
+        },
+        stop_reason: r.stop_reason,
+        // Most steps carry no events: skip rewriting the (empty) vector.
+        events: if r.events.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut r.events)
+        },
+        prefill_stats: r.prefill_stats.take(),
+        num_prompt_tokens: r.num_prompt_tokens,
+        max_tokens: r.max_tokens,
+        num_preemptions: r.num_preemptions,
+    }
 }
 
 /// One entry of `_update_after_schedule`: commit the scheduled tokens, mark prefill
