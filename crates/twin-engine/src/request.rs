@@ -131,6 +131,10 @@ pub struct Request {
     pub is_prefill_chunk: bool,
     pub drop_stale_output: bool,
     pub(crate) hash_blocks: bool,
+    /// `events` or `prefill_stats` hold something for the next output (most steps: no).
+    pub(crate) has_news: bool,
+    /// An EOS or stop token id can end this request (else only its length can).
+    pub(crate) stops_on_tokens: bool,
     pub num_computed_tokens: usize,
     pub num_output_placeholders: usize,
     pub num_in_flight_tokens: usize,
@@ -141,16 +145,17 @@ pub struct Request {
     pub(crate) all_token_ids: Vec<TokenId>,
     /// Physical blocks held, in block-table order. vLLM: `req_to_blocks`.
     pub(crate) block_ids: Vec<u32>,
-    pub spec_token_ids: Vec<TokenId>,
     /// Chained hashes of every full block of known tokens (empty without prefix caching).
     pub(crate) block_hashes: Vec<BlockHash>,
+    pub spec_token_ids: Vec<TokenId>,
     /// Blocks of this request already entered in the prefix cache; `None` = untracked.
     /// vLLM: `SingleTypeKVCacheManager.num_cached_block`.
     pub(crate) num_cached_block: Option<usize>,
+    pub num_preemptions: usize,
+    // Cold: read when `has_news`, at a stop, at admission and at preemption.
     pub(crate) events: Vec<EngineCoreEvent>,
     pub(crate) prefill_stats: Option<PrefillStats>,
     pub stop_reason: Option<TokenId>,
-    pub num_preemptions: usize,
     pub sampling: SamplingParams,
     pub request_id: String,
     pub arrival_time_s: f64,
@@ -168,7 +173,10 @@ impl Request {
         let mut all_token_ids = new.prompt_token_ids;
         // Room for the outputs up front: growing a long prompt's vector mid-decode copies it.
         all_token_ids.reserve_exact(max_tokens.min(MAX_RESERVED_OUTPUT_TOKENS));
+        let stops_on_tokens =
+            new.sampling.eos_token_id.is_some() || !new.sampling.stop_token_ids.is_empty();
         let mut req = Request {
+            stops_on_tokens,
             request_id: new.request_id,
             arrival_time_s: new.arrival_time_s,
             priority: new.priority,
@@ -194,6 +202,7 @@ impl Request {
             num_cached_block: None,
             events: Vec::new(),
             prefill_stats: Some(PrefillStats::default()),
+            has_news: true,
             hash_blocks,
             block_size,
         };
@@ -278,6 +287,7 @@ impl Request {
 
     pub(crate) fn record_event(&mut self, kind: EngineCoreEventType, timestamp_s: f64) {
         self.events.push(EngineCoreEvent { kind, timestamp_s });
+        self.has_news = true;
     }
 
     /// vLLM: `Request.__lt__` for the priority queue: (priority, arrival_time, seq).

@@ -167,6 +167,19 @@ struct Tracked {
     keeps_outputs: bool,
 }
 
+/// The part of a tracked request's state a plain decode output touches, dense by handle
+/// (16 bytes, four to a cache line): most outputs need nothing else.
+#[derive(Clone, Copy, Default)]
+struct DecodeState {
+    /// Mirrors `RequestTimes::last_token_s` / `num_generation_tokens`, which are brought
+    /// up to date from here before any other use.
+    last_token_s: f64,
+    num_generation_tokens: u32,
+    tracked: bool,
+    started: bool,
+    keeps_outputs: bool,
+}
+
 struct TrackedCold {
     spec: RequestSpec,
     /// Output tokens, kept only when a later session turn needs them.
@@ -185,6 +198,7 @@ struct EngineSlot {
     in_flight_end_s: std::collections::VecDeque<f64>,
     tracked: Vec<Option<Tracked>>,
     tracked_cold: Vec<Option<TrackedCold>>,
+    decode: Vec<DecodeState>,
     num_in_system: usize,
 }
 
@@ -218,6 +232,7 @@ pub fn run(
             in_flight_end_s: Default::default(),
             tracked: Vec::new(),
             tracked_cold: Vec::new(),
+            decode: Vec::new(),
             num_in_system: 0,
         });
     }
@@ -279,8 +294,14 @@ pub fn run(
                 if slot.tracked.len() <= h.index() {
                     slot.tracked.resize_with(h.index() + 1, || None);
                     slot.tracked_cold.resize_with(h.index() + 1, || None);
+                    slot.decode.resize(h.index() + 1, DecodeState::default());
                 }
                 let keeps_outputs = spec.session.is_some();
+                slot.decode[h.index()] = DecodeState {
+                    tracked: true,
+                    keeps_outputs,
+                    ..DecodeState::default()
+                };
                 slot.tracked[h.index()] = Some(Tracked {
                     times: RequestTimes {
                         arrival_s: spec.arrival_time_s,
@@ -386,10 +407,41 @@ fn step_engine(
         out_time = slot.in_flight_end_s.pop_front().unwrap_or(t).max(t);
         let outs = slot.core.outputs();
         for o in &outs.outputs {
-            let Some(Some(tr)) = slot.tracked.get_mut(o.handle.index()) else {
+            let idx = o.handle.index();
+            let Some(hot) = slot.decode.get_mut(idx).filter(|d| d.tracked) else {
                 continue;
             };
             let toks = outs.new_tokens(o);
+            if hot.started
+                && !toks.is_empty()
+                && o.events.is_empty()
+                && o.prefill_stats.is_none()
+                && o.finish_reason.is_none()
+            {
+                // A plain decode output: the general path below, on the dense state only.
+                let itl = out_time - hot.last_token_s;
+                match &mut itl_run {
+                    Some((v, n)) if *v == itl => *n += 1,
+                    run => {
+                        if let Some((v, n)) = run.replace((itl, 1)) {
+                            observer.on_inter_tokens(engine, v, n, out_time);
+                        }
+                    }
+                }
+                hot.last_token_s = out_time;
+                hot.num_generation_tokens += toks.len() as u32;
+                if hot.keeps_outputs {
+                    if let Some(Some(cold)) = slot.tracked_cold.get_mut(idx) {
+                        cold.outputs.extend_from_slice(toks);
+                    }
+                }
+                continue;
+            }
+            let Some(Some(tr)) = slot.tracked.get_mut(idx) else {
+                continue;
+            };
+            tr.times.last_token_s = hot.last_token_s;
+            tr.times.num_generation_tokens = hot.num_generation_tokens as usize;
             for ev in &o.events {
                 match ev.kind {
                     EngineCoreEventType::Queued => tr.times.queued_s = ev.timestamp_s,
@@ -429,6 +481,9 @@ fn step_engine(
                 }
                 tr.times.last_token_s = out_time;
                 tr.times.num_generation_tokens += toks.len();
+                hot.started = true;
+                hot.last_token_s = out_time;
+                hot.num_generation_tokens = tr.times.num_generation_tokens as u32;
                 if tr.keeps_outputs {
                     if let Some(Some(cold)) = slot.tracked_cold.get_mut(o.handle.index()) {
                         cold.outputs.extend_from_slice(toks);
@@ -436,6 +491,7 @@ fn step_engine(
                 }
             }
             if let Some(reason) = o.finish_reason {
+                slot.decode[idx].tracked = false;
                 let tr = slot.tracked[o.handle.index()].take().expect("tracked");
                 let cold = slot.tracked_cold[o.handle.index()].take().expect("tracked");
                 finished += 1;

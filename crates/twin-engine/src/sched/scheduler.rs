@@ -858,14 +858,20 @@ fn engine_core_output(
         } else {
             None
         },
-        stop_reason: r.stop_reason,
-        // Most steps carry no events: skip rewriting the (empty) vector.
-        events: if r.events.is_empty() {
-            Vec::new()
-        } else {
+        // Only a stop sets a stop reason.
+        stop_reason: if stopped { r.stop_reason } else { None },
+        // Most steps carry no events or stats: leave those cold fields unread.
+        events: if r.has_news {
             std::mem::take(&mut r.events)
+        } else {
+            Vec::new()
         },
-        prefill_stats: r.prefill_stats.take(),
+        prefill_stats: if r.has_news {
+            r.has_news = false;
+            r.prefill_stats.take()
+        } else {
+            None
+        },
         num_prompt_tokens: r.num_prompt_tokens,
         max_tokens: r.max_tokens,
         num_preemptions: r.num_preemptions,
@@ -907,14 +913,17 @@ fn append_one_token(r: &mut Request, tok: TokenId, max_model_len: usize) -> bool
 /// vLLM: `sched/utils.py check_stop` (EOS, stop ids, length, then min_tokens).
 fn check_stop(r: &mut Request, max_model_len: usize) -> bool {
     let last = *r.all_token_ids.last().expect("just appended");
-    if r.sampling.eos_token_id == Some(last) {
-        r.status = RequestStatus::FinishedStopped;
-        return true;
-    }
-    if r.sampling.stop_token_ids.contains(&last) {
-        r.status = RequestStatus::FinishedStopped;
-        r.stop_reason = Some(last);
-        return true;
+    // Without EOS or stop ids only the length checks below can stop the request.
+    if r.stops_on_tokens {
+        if r.sampling.eos_token_id == Some(last) {
+            r.status = RequestStatus::FinishedStopped;
+            return true;
+        }
+        if r.sampling.stop_token_ids.contains(&last) {
+            r.status = RequestStatus::FinishedStopped;
+            r.stop_reason = Some(last);
+            return true;
+        }
     }
     if r.num_tokens() >= max_model_len || r.num_output_tokens() >= r.max_tokens {
         r.status = RequestStatus::FinishedLengthCapped;
