@@ -706,6 +706,12 @@ impl CostModel {
 
     /// Cost of one step over a slice of scheduled requests (no allocation; O(len)).
     pub fn step_cost(&self, seqs: &[SeqChunk]) -> StepCost {
+        self.step_cost_with(seqs, self.single_token_attention_is_memory_bound())
+    }
+
+    /// `step_cost`, with the closed-form sum of one-token attention on or off (off costs
+    /// every request on its own; the two agree up to rounding where the closed form holds).
+    fn step_cost_with(&self, seqs: &[SeqChunk], single_token_memory_bound: bool) -> StepCost {
         let mut tokens: u64 = 0;
         let mut rows: u64 = 0;
         let mut emitting: u64 = 0;
@@ -718,7 +724,6 @@ impl CostModel {
         let mut uniform_decode = true;
         let mut draft_ctx_tokens = 0.0;
         let w = self.window;
-        let single_token_memory_bound = self.single_token_attention_is_memory_bound();
         let mut single_count = 0.0;
         let mut single_total_tokens = 0.0;
 
@@ -1057,6 +1062,58 @@ impl CostModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{gpu, model, ServeConfig};
+
+    #[test]
+    fn closed_form_decode_attention_matches_costing_each_request() {
+        let mut checked = 0;
+        for m in model::catalog() {
+            for g in gpu::catalog() {
+                let Ok(rc) = ServeConfig {
+                    tensor_parallel_size: 8,
+                    ..Default::default()
+                }
+                .resolve(&m, g) else {
+                    continue;
+                };
+                let c = CostModel::new(&m, g, &rc).unwrap();
+                if !c.single_token_attention_is_memory_bound() {
+                    continue;
+                }
+                // Decodes at many context lengths, a prefill chunk and a spec-like chunk.
+                let mut b = BatchShape::new();
+                for i in 0..97u32 {
+                    b.push(SeqChunk::decode(1 + i * 131));
+                }
+                b.push_prefill(777, 300, true);
+                b.push(SeqChunk {
+                    new_tokens: 4,
+                    context_len: 5000,
+                    draft_tokens: 3,
+                    emits_token: true,
+                });
+                let fast = c.step_cost_with(b.seqs(), true);
+                let each = c.step_cost_with(b.seqs(), false);
+                let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
+                assert!(
+                    close(fast.step_time_s, each.step_time_s)
+                        && close(fast.flops, each.flops)
+                        && close(fast.bytes_read, each.bytes_read),
+                    "{} on {}: {:?} vs {:?}",
+                    m.name,
+                    g.key,
+                    fast.step_time_s,
+                    each.step_time_s
+                );
+                assert_eq!(fast.kv_tokens_read, each.kv_tokens_read);
+                checked += 1;
+            }
+        }
+        assert!(
+            checked > 20,
+            "the closed form applied to only {checked} pairs"
+        );
+    }
 
     #[test]
     fn window_sums() {

@@ -123,6 +123,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn record_n_is_n_records() {
+        let (mut once, mut each) = (LogHistogram::default(), LogHistogram::default());
+        for (v, n) in [(0.012, 7u64), (0.0, 3), (0.5, 1), (0.012, 2), (3.0, 0)] {
+            once.record_n(v, n);
+            for _ in 0..n {
+                each.record(v);
+            }
+        }
+        assert_eq!(once.count(), 13);
+        assert_eq!(once.count(), each.count());
+        assert_eq!(once.max(), each.max());
+        assert!((once.mean() - each.mean()).abs() < 1e-15);
+        for q in [0.0, 0.3, 0.5, 0.9, 1.0] {
+            assert_eq!(once.quantile(q), each.quantile(q), "q{q}");
+        }
+    }
+
+    #[test]
     fn quantiles_are_within_half_a_percent() {
         let mut h = LogHistogram::default();
         let mut v: Vec<f64> = (1..=100_000).map(|i| (i as f64) * 1e-4).collect();
