@@ -145,6 +145,8 @@ impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
         if so.total_num_scheduled_tokens == 0 {
             return;
         }
+        // Only drafting reads which requests sampled.
+        let drafts = sched.config().num_speculative_tokens > 0;
         for e in &so.scheduled {
             if !e.samples {
                 out.push(&[]);
@@ -154,7 +156,9 @@ impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
                 // One sampled token, no position lookup: the whole of a plain decode step.
                 let t = self.plan.token(e.handle, 0, 0, &mut self.rng);
                 out.push_one(t);
-                self.last_sampled.push(e.handle);
+                if drafts {
+                    self.last_sampled.push(e.handle);
+                }
                 continue;
             }
             let needs_position = self.plan.needs_position(e.handle);

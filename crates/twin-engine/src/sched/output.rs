@@ -78,34 +78,37 @@ impl SchedulerOutput {
 #[derive(Clone, Debug, Default)]
 pub struct ModelRunnerOutput {
     pub tokens: Vec<TokenId>,
-    pub ranges: Vec<Range<usize>>,
+    /// Entry i's tokens end at `ends[i]` and start where entry i-1's end (4 bytes an
+    /// entry: this is written and read once per request per step).
+    ends: Vec<u32>,
 }
 
 impl ModelRunnerOutput {
     pub fn clear(&mut self) {
         self.tokens.clear();
-        self.ranges.clear();
+        self.ends.clear();
     }
 
     /// Append the tokens sampled for the next scheduled entry (empty for a prefill chunk).
     pub fn push(&mut self, sampled: &[TokenId]) {
-        let start = self.tokens.len();
         self.tokens.extend_from_slice(sampled);
-        self.ranges.push(start..self.tokens.len());
+        self.ends.push(self.tokens.len() as u32);
     }
 
     /// [`Self::push`] for a single sampled token.
     #[inline]
     pub fn push_one(&mut self, token: TokenId) {
-        let start = self.tokens.len();
         self.tokens.push(token);
-        self.ranges.push(start..start + 1);
+        self.ends.push(self.tokens.len() as u32);
     }
 
+    #[inline]
     pub fn sampled(&self, index: usize) -> &[TokenId] {
-        self.ranges
-            .get(index)
-            .map_or(&[][..], |r| &self.tokens[r.clone()])
+        let Some(&end) = self.ends.get(index) else {
+            return &[];
+        };
+        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+        &self.tokens[start as usize..end as usize]
     }
 }
 
