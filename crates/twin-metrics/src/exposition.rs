@@ -443,6 +443,117 @@ pub fn encode_text_with(families: &[MetricFamily], escaping: Escaping) -> String
     out
 }
 
+/// What [`crate::parser::parse`] reads back from [`encode_text`]`(families)`, built
+/// without the text: the same samples (names and labels as the text spells them, labels
+/// in the text's order, values exactly, since the text writes shortest round-trip reprs),
+/// the same line numbers and the same HELP/TYPE metadata. A consumer that would scrape
+/// and parse the twin's own `/metrics` (the sandbox's live doctor) takes this instead;
+/// `tests/parser.rs` checks `parse(encode_text(f)) == scrape_text(f)` on every golden
+/// input.
+pub fn scrape_text(families: &[MetricFamily]) -> crate::parser::Scrape {
+    use crate::parser::{canonical_name, Sample as Parsed, Scrape};
+    let esc = Escaping::Underscores;
+    let mut out = Scrape {
+        samples: Vec::with_capacity(512),
+        ..Scrape::default()
+    };
+    let mut line = 0usize;
+    let mut created: Vec<(Vec<(String, String)>, f64)> = Vec::new();
+    let announce = |out: &mut Scrape, line: &mut usize, ename: &str, help: &str, kind| {
+        let m = out.meta.entry(canonical_name(ename)).or_default();
+        m.help = Some(help.to_string());
+        m.kind = Some(kind);
+        *line += 2;
+    };
+    for fam in families {
+        let mname = match fam.kind {
+            MetricType::Counter => format!("{}_total", fam.name),
+            _ => fam.name.clone(),
+        };
+        let ename = escape_metric_name(&mname, esc);
+        announce(
+            &mut out,
+            &mut line,
+            &ename,
+            &fam.help,
+            fam.kind.as_str().to_string(),
+        );
+        let name_of = |suffix: &str| escape_metric_name(&format!("{}{suffix}", fam.name), esc);
+        let (bucket, count, sum) = match fam.kind {
+            MetricType::Histogram => (name_of("_bucket"), name_of("_count"), name_of("_sum")),
+            _ => Default::default(),
+        };
+        // `le` strings, formatted once per family (series normally share the bounds).
+        let mut les: Vec<(u64, String)> = Vec::new();
+        created.clear();
+        let push = |out: &mut Scrape,
+                    line: &mut usize,
+                    name: &str,
+                    labels: Vec<(String, String)>,
+                    value| {
+            *line += 1;
+            out.samples.push(Parsed {
+                name: name.to_string(),
+                labels,
+                value,
+                timestamp: None,
+                line: *line,
+            });
+        };
+        for series in &fam.series {
+            // label_str's order: a stable sort on the unescaped names.
+            let mut sorted: Vec<&(String, String)> = series.labels.iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            let le_at = sorted.partition_point(|(k, _)| k.as_str() <= "le");
+            let base: Vec<(String, String)> = sorted
+                .iter()
+                .map(|(k, v)| (escape_label_name(k, esc), v.clone()))
+                .collect();
+            match &series.value {
+                SeriesValue::Gauge { value } => push(&mut out, &mut line, &ename, base, *value),
+                SeriesValue::Counter {
+                    total,
+                    created_unix_s,
+                } => {
+                    push(&mut out, &mut line, &ename, base.clone(), *total);
+                    created.push((base, *created_unix_s));
+                }
+                SeriesValue::Histogram {
+                    buckets,
+                    count: n,
+                    sum: total,
+                    created_unix_s,
+                } => {
+                    for (i, b) in buckets.iter().enumerate() {
+                        let bits = b.le.to_bits();
+                        match les.get_mut(i) {
+                            Some((k, _)) if *k == bits => {}
+                            Some(slot) => *slot = (bits, go_float(b.le)),
+                            None => les.push((bits, go_float(b.le))),
+                        }
+                        let mut labels = Vec::with_capacity(base.len() + 1);
+                        labels.extend_from_slice(&base[..le_at]);
+                        labels.push(("le".to_string(), les[i].1.clone()));
+                        labels.extend_from_slice(&base[le_at..]);
+                        push(&mut out, &mut line, &bucket, labels, b.cumulative_count);
+                    }
+                    push(&mut out, &mut line, &count, base.clone(), *n);
+                    push(&mut out, &mut line, &sum, base.clone(), *total);
+                    created.push((base, *created_unix_s));
+                }
+            }
+        }
+        if !created.is_empty() {
+            let cname = name_of("_created");
+            announce(&mut out, &mut line, &cname, &fam.help, "gauge".to_string());
+            for (labels, v) in created.drain(..) {
+                push(&mut out, &mut line, &cname, labels, v);
+            }
+        }
+    }
+    out
+}
+
 fn text_sample_line(s: &Sample<'_>, escaping: Escaping) -> String {
     let labels = label_str(&s.labels, escaping);
     let value = go_float(s.value);

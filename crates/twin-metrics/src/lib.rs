@@ -20,7 +20,7 @@ pub mod replay;
 pub mod stats;
 
 pub use exposition::{
-    encode_openmetrics, encode_text, negotiate, Escaping, Format, OpenMetricsTimeline,
+    encode_openmetrics, encode_text, negotiate, scrape_text, Escaping, Format, OpenMetricsTimeline,
     CONTENT_TYPE_METRICS, CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT_0_0_4,
 };
 pub use families::{CacheConfigInfo, FamilyId, MetricsConfig};

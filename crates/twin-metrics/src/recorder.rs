@@ -315,6 +315,31 @@ impl MetricsRecorder {
         }
     }
 
+    /// `count` observations of `amount`: what `count` calls of [`Self::observe`] leave
+    /// (the sum is accumulated one addition at a time, so it is bit-identical).
+    fn observe_n(&mut self, id: FamilyId, epos: usize, amount: f64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let Some(i) = self.slot[id as usize] else {
+            return;
+        };
+        let fam = &mut self.families[i];
+        let bounds = &fam.bounds;
+        if let Some(s) = fam.series.get_mut(epos) {
+            if let Value::Histogram { counts, sum, .. } = &mut s.value {
+                let mut acc = *sum;
+                for _ in 0..count {
+                    acc += amount;
+                }
+                *sum = acc;
+                if let Some(b) = bounds.iter().position(|le| amount <= *le) {
+                    counts[b] += count as f64;
+                }
+            }
+        }
+    }
+
     /// Apply one engine step / output batch. Any argument may be absent, as
     /// in vLLM: scheduler stats arrive every step, iteration stats only for
     /// batches with at least one request output.
@@ -526,6 +551,9 @@ impl MetricsRecorder {
         for v in &it.inter_token_latencies_iter_s {
             self.observe(F::InterTokenLatencySeconds, e, *v);
         }
+        for &(v, n) in &it.inter_token_latency_runs_s {
+            self.observe_n(F::InterTokenLatencySeconds, e, v, n);
+        }
 
         for fr in &it.finished_requests {
             let reason = crate::stats::FinishReason::ALL
@@ -611,6 +639,12 @@ impl MetricsRecorder {
     /// Classic text: the body of vLLM's `GET /metrics`.
     pub fn encode_text(&self) -> String {
         encode_text(&self.families())
+    }
+
+    /// What parsing [`Self::encode_text`] gives, without the text
+    /// ([`crate::exposition::scrape_text`]): a scrape of this recorder, read.
+    pub fn scrape(&self) -> crate::parser::Scrape {
+        crate::exposition::scrape_text(&self.families())
     }
 
     /// OpenMetrics 1.0.0 under `escaping`.
@@ -827,5 +861,63 @@ mod tests {
         let text = rec.encode_text();
         assert!(text.contains("vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"1e+06\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 0.0\n"));
         assert!(!text.contains("time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.001\""));
+    }
+
+    #[test]
+    fn inter_token_runs_expose_exactly_like_the_expanded_list() {
+        // Intervals whose repeated sum is not `interval * count` in floating point, one on
+        // a bucket edge, one past the last finite edge, and a zero count.
+        let runs = [
+            (0.1, 7u64),
+            (0.025, 3),
+            (0.3, 0),
+            (1e-3, 5),
+            (1234.5, 2),
+            (0.07, 41),
+        ];
+        let mut expanded = MetricsRecorder::new(all_flags(), 100.0);
+        let mut packed = MetricsRecorder::new(all_flags(), 100.0);
+        for step in 0..3 {
+            let mut list = IterationStats {
+                inter_token_latencies_iter_s: vec![0.2 + step as f64],
+                ..Default::default()
+            };
+            let mut rle = list.clone();
+            for &(v, n) in &runs {
+                list.inter_token_latencies_iter_s
+                    .extend(std::iter::repeat_n(v * (1.0 + step as f64), n as usize));
+                rle.inter_token_latency_runs_s
+                    .push((v * (1.0 + step as f64), n));
+            }
+            expanded
+                .record(None, Some(&list), None, 0)
+                .expect("engine 0");
+            packed.record(None, Some(&rle), None, 0).expect("engine 0");
+        }
+        let text = packed.encode_text();
+        assert_eq!(text, expanded.encode_text());
+        // Not vacuous: the runs were observed (3 + 3 × 58 intervals).
+        assert!(
+            text.contains("vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 177.0\n"),
+            "{text}"
+        );
+        let naive: f64 = (0..3)
+            .map(|k| {
+                let f = 1.0 + k as f64;
+                0.2 + k as f64 + runs.iter().map(|&(v, n)| v * f * n as f64).sum::<f64>()
+            })
+            .sum();
+        let sum = expanded
+            .families()
+            .into_iter()
+            .find(|f| f.name == "vllm:inter_token_latency_seconds")
+            .and_then(|f| match &f.series[0].value {
+                SeriesValue::Histogram { sum, .. } => Some(*sum),
+                _ => None,
+            })
+            .expect("histogram");
+        // The one-addition-at-a-time sum differs from the multiplied one in the last bits,
+        // which is why observe_n adds one at a time.
+        assert!((sum - naive).abs() < 1e-9);
     }
 }

@@ -369,10 +369,55 @@ pub struct IterationStats {
     pub time_to_first_tokens_iter_s: Vec<f64>,
     #[serde(rename = "inter_token_latencies_iter")]
     pub inter_token_latencies_iter_s: Vec<f64>,
+    /// More inter-token latencies, run-length encoded: `(interval, count)` stands for
+    /// `count` equal entries appended to `inter_token_latencies_iter_s` (the recorder
+    /// observes them after that list, in order, with the same buckets and the same
+    /// float sum). A simulator's decode step gives every running request the same
+    /// interval, so this keeps a batch of N outputs at one entry instead of N.
+    #[serde(
+        rename = "inter_token_latency_runs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub inter_token_latency_runs_s: Vec<(f64, u64)>,
     pub num_corrupted_reqs: u64,
     pub num_watermarked_reqs: u64,
     pub num_watermark_skipped_reqs: u64,
     pub num_not_watermarked_reqs: u64,
+}
+
+impl IterationStats {
+    /// Back to `IterationStats::default()`, keeping the lists' allocations (a caller that
+    /// fills one per engine step reuses it).
+    pub fn clear(&mut self) {
+        let IterationStats {
+            num_generation_tokens,
+            prompt_token_stats,
+            num_preempted_reqs,
+            finished_requests,
+            max_num_generation_tokens_iter,
+            n_params_iter,
+            time_to_first_tokens_iter_s,
+            inter_token_latencies_iter_s,
+            inter_token_latency_runs_s,
+            num_corrupted_reqs,
+            num_watermarked_reqs,
+            num_watermark_skipped_reqs,
+            num_not_watermarked_reqs,
+        } = self;
+        *num_generation_tokens = 0;
+        *prompt_token_stats = PromptTokenStats::default();
+        *num_preempted_reqs = 0;
+        finished_requests.clear();
+        max_num_generation_tokens_iter.clear();
+        n_params_iter.clear();
+        time_to_first_tokens_iter_s.clear();
+        inter_token_latencies_iter_s.clear();
+        inter_token_latency_runs_s.clear();
+        *num_corrupted_reqs = 0;
+        *num_watermarked_reqs = 0;
+        *num_watermark_skipped_reqs = 0;
+        *num_not_watermarked_reqs = 0;
+    }
 }
 
 /// Accept a JSON object (keys in document order) or a list of names.

@@ -292,3 +292,141 @@ fn garbage_never_panics() {
     );
     assert!(parse("a 1\r\n").is_ok(), "CRLF is tolerated");
 }
+
+/// Strict equality of two scrapes: values compared bit for bit (NaN, -0.0), everything
+/// else as `==`.
+fn assert_same_scrape(a: &Scrape, b: &Scrape, what: &str) {
+    assert_eq!(a.meta, b.meta, "{what}: metadata");
+    assert_eq!(a.saw_eof, b.saw_eof, "{what}");
+    assert_eq!(a.samples.len(), b.samples.len(), "{what}: sample count");
+    for (x, y) in a.samples.iter().zip(&b.samples) {
+        assert_eq!(
+            (&x.name, &x.labels, x.line, x.timestamp),
+            (&y.name, &y.labels, y.line, y.timestamp),
+            "{what}"
+        );
+        assert_eq!(
+            x.value.to_bits(),
+            y.value.to_bits(),
+            "{what}: {} {:?}: {} vs {}",
+            x.name,
+            x.labels,
+            x.value,
+            y.value
+        );
+    }
+}
+
+#[test]
+fn scrape_text_is_what_parsing_the_exposition_gives() {
+    use twin_metrics::replay::ReplayDoc;
+    use twin_metrics::{encode_text, scrape_text, MetricFamily, MetricType, Series, SeriesValue};
+    let mut cases = 0;
+    for path in files(&fixtures("golden")) {
+        let name = path.display().to_string();
+        if !name.ends_with(".inputs.json") {
+            continue;
+        }
+        let doc = ReplayDoc::from_json(&read(&path)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let rec = doc
+            .run(1767225600.25)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let fams = rec.families();
+        let text = encode_text(&fams);
+        let parsed = parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let direct = rec.scrape();
+        assert!(direct.samples.len() > 100, "{name}");
+        assert_same_scrape(&parsed, &direct, &name);
+        assert_same_scrape(&parsed, &scrape_text(&fams), &name);
+        cases += 1;
+    }
+    assert_eq!(cases, 8);
+
+    // Values and names the twin's recorder never makes: escapes in labels and HELP, NaN,
+    // -0.0, infinities, huge and tiny numbers, a label sorting after `le`, series with
+    // different bounds, an unlabelled gauge, empty families.
+    let fam = |name: &str, kind, series| MetricFamily {
+        name: name.into(),
+        help: "a \\ help\nwith \"quotes\" and \\n".into(),
+        kind,
+        series,
+    };
+    let labels = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let hist = |les: &[f64], created| SeriesValue::Histogram {
+        buckets: les
+            .iter()
+            .enumerate()
+            .map(|(i, le)| twin_metrics::model::Bucket {
+                le: *le,
+                cumulative_count: i as f64 * 1.5,
+            })
+            .collect(),
+        count: 3.0,
+        sum: 0.1 + 0.2,
+        created_unix_s: created,
+    };
+    let fams = vec![
+        fam(
+            "vllm:odd_gauge",
+            MetricType::Gauge,
+            vec![
+                Series {
+                    labels: labels(&[("zeta", "q\"uo\\te"), ("alpha", "new\nline")]),
+                    value: SeriesValue::Gauge { value: f64::NAN },
+                },
+                Series {
+                    labels: Vec::new(),
+                    value: SeriesValue::Gauge { value: -0.0 },
+                },
+                Series {
+                    labels: labels(&[("a", "1")]),
+                    value: SeriesValue::Gauge {
+                        value: f64::NEG_INFINITY,
+                    },
+                },
+                Series {
+                    labels: labels(&[("a", "2")]),
+                    value: SeriesValue::Gauge { value: 1.2345e300 },
+                },
+                Series {
+                    labels: labels(&[("a", "3")]),
+                    value: SeriesValue::Gauge { value: 5e-324 },
+                },
+            ],
+        ),
+        fam("vllm:empty", MetricType::Counter, Vec::new()),
+        fam(
+            "vllm:odd_total",
+            MetricType::Counter,
+            vec![Series {
+                labels: labels(&[("engine", "0")]),
+                value: SeriesValue::Counter {
+                    total: 123456789.0,
+                    created_unix_s: 1767225600.125,
+                },
+            }],
+        ),
+        fam(
+            "vllm:odd_hist",
+            MetricType::Histogram,
+            vec![
+                Series {
+                    labels: labels(&[("model_name", "m"), ("engine", "0"), ("a", "x")]),
+                    value: hist(&[0.001, 0.5, 2.5e7, f64::INFINITY], 1.0),
+                },
+                Series {
+                    labels: labels(&[("z", "after le")]),
+                    value: hist(&[1.0, 1e-5, f64::INFINITY], 2.0),
+                },
+            ],
+        ),
+    ];
+    let text = encode_text(&fams);
+    let parsed = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(parsed.samples.len() > 15, "{text}");
+    assert_same_scrape(&parsed, &scrape_text(&fams), "odd families");
+}

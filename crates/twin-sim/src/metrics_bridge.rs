@@ -189,10 +189,11 @@ impl Observer for MetricsObserver {
 
     fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, _t_s: f64) {
         self.has_outputs[engine] = true;
-        // vLLM observes one interval per request output; the recorder sees each of them.
+        // vLLM observes one interval per request output; the recorder sees each of them,
+        // handed over as one (interval, count) run (same buckets, same float sum).
         self.pending[engine]
-            .inter_token_latencies_iter_s
-            .extend(std::iter::repeat_n(itl_s, count));
+            .inter_token_latency_runs_s
+            .push((itl_s, count as u64));
     }
 
     fn on_finished(&mut self, engine: usize, r: &FinishedRequest<'_>) {
@@ -251,19 +252,24 @@ impl Observer for MetricsObserver {
         });
         let sched = scheduler_stats(st, perf);
         // An IterationStats exists only when the batch carried request outputs.
-        let iteration = if self.has_outputs[engine] || s.num_outputs > 0 {
-            let it = &mut self.pending[engine];
+        let with_outputs = self.has_outputs[engine] || s.num_outputs > 0;
+        let it = &mut self.pending[engine];
+        if with_outputs {
             it.num_generation_tokens = s.num_generated_tokens as u64;
             it.num_preempted_reqs = s.num_preempted_events as u64;
-            Some(std::mem::take(it))
-        } else {
-            None
-        };
+        }
         self.has_outputs[engine] = false;
         // Engine indexes are exactly those configured, so this cannot fail.
-        let _ = self
-            .recorder
-            .record(Some(&sched), iteration.as_ref(), None, engine as u32);
+        let _ = self.recorder.record(
+            Some(&sched),
+            with_outputs.then_some(&*it),
+            None,
+            engine as u32,
+        );
+        // Recycled for the next step (its lists keep their capacity).
+        if with_outputs {
+            it.clear();
+        }
     }
 }
 
