@@ -89,14 +89,14 @@ pub fn exit_code(worst: Option<Severity>) -> u8 {
 /// Panels, bottleneck, playbook, recommendations (and `--verify`) for an observation.
 pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
     let mut notes = obs.notes.clone();
+    let empty = twin_metrics::parser::Scrape::default();
     let first = obs
         .instances
         .iter()
         .find_map(|i| i.snapshots.last())
-        .map(|s| s.scrape.clone())
-        .unwrap_or_default();
+        .map_or(&empty, |s| &s.scrape);
     let exact = opts.vllm_version.clone().or(obs.server.version.clone());
-    let version = version::detect(exact.as_deref(), &first);
+    let version = version::detect(exact.as_deref(), first);
     let mut known = opts.known.clone();
     if known.max_model_len.is_none() {
         known.max_model_len = obs.server.max_model_len;

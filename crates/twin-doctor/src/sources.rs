@@ -64,11 +64,24 @@ const SUPERSEDED: &[(&str, &str)] = &[
     ),
 ];
 
+/// What follows `prefix` in the canonical name of `name` (`vllm_x` reads as `vllm:x`),
+/// without building the canonical name. `prefix` is a canonical vLLM name (`vllm:…`).
+fn canonical_rest<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+    debug_assert!(prefix.starts_with("vllm:"), "{prefix}");
+    match (name.strip_prefix("vllm_"), prefix.strip_prefix("vllm:")) {
+        (Some(rest), Some(p)) => rest.strip_prefix(p),
+        (Some(_), None) => None,
+        (None, _) => name.strip_prefix(prefix),
+    }
+}
+
 /// Drop superseded legacy series that their successor duplicates.
 pub fn normalize(mut s: Scrape) -> Scrape {
-    let names: std::collections::HashSet<String> =
-        s.samples.iter().map(|x| x.canonical_name()).collect();
-    let has_prefix = |p: &str| names.iter().any(|n| n.starts_with(p));
+    let has_prefix = |p: &str| {
+        s.samples
+            .iter()
+            .any(|x| canonical_rest(&x.name, p).is_some())
+    };
     let mut drop: Vec<&str> = Vec::new();
     for (old, new) in SUPERSEDED {
         if has_prefix(new) && has_prefix(old) {
@@ -77,13 +90,12 @@ pub fn normalize(mut s: Scrape) -> Scrape {
     }
     if !drop.is_empty() {
         s.samples.retain(|x| {
-            let n = x.canonical_name();
             // `old_` + suffix only: `vllm:gpu_cache_usage_perc` must not drop an unrelated
             // family that merely shares a prefix.
             !drop.iter().any(|d| {
-                n == *d
-                    || n.strip_prefix(d)
-                        .is_some_and(|rest| rest.starts_with('_') && !rest[1..].contains(':'))
+                canonical_rest(&x.name, d).is_some_and(|rest| {
+                    rest.is_empty() || (rest.starts_with('_') && !rest[1..].contains(':'))
+                })
             })
         });
     }

@@ -79,9 +79,15 @@ pub fn detect(exact: Option<&str>, s: &Scrape) -> VersionInfo {
     // Exact family match (any suffix), without the parser's legacy-alias fallback: the
     // point here is which spelling the server used.
     let has = |n: &str| {
+        // `n` is canonical (`vllm:…`); a sample may spell it `vllm_…`.
+        let tail = n.strip_prefix("vllm:");
         s.samples.iter().any(|x| {
-            let c = x.canonical_name();
-            c.strip_prefix(n).is_some_and(|rest| {
+            let rest = match (x.name.strip_prefix("vllm_"), tail) {
+                (Some(r), Some(t)) => r.strip_prefix(t),
+                (Some(_), None) => None,
+                (None, _) => x.name.strip_prefix(n),
+            };
+            rest.is_some_and(|rest| {
                 rest.is_empty()
                     || ["_total", "_count", "_sum", "_bucket", "_created"].contains(&rest)
             })

@@ -123,18 +123,41 @@ pub fn canonical_name(name: &str) -> String {
     }
 }
 
+/// Whether [`canonical_name`]`(name) == canon`, without building the name.
+pub fn is_canonically(name: &str, canon: &str) -> bool {
+    match name.strip_prefix("vllm_") {
+        Some(rest) => canon.strip_prefix("vllm:") == Some(rest),
+        None => name == canon,
+    }
+}
+
+/// [`canonical_name`] into a reused buffer.
+fn canonical_into(name: &str, buf: &mut String) {
+    buf.clear();
+    match name.strip_prefix("vllm_") {
+        Some(rest) => {
+            buf.push_str("vllm:");
+            buf.push_str(rest);
+        }
+        None => buf.push_str(name),
+    }
+}
+
 /// Every name (canonical) under which `name` may appear: itself and, for a
-/// 0.34 name, its pre-0.12 predecessor (with the same suffix).
+/// 0.34 name, its pre-0.12 predecessor (with the same suffix). No name twice.
 fn candidate_names(name: &str) -> Vec<String> {
     let canon = canonical_name(name);
     let mut out = vec![canon.clone()];
     let (base, suffix) = split_suffix(&canon);
     for (old, new) in LEGACY_ALIASES {
-        if base == *new {
-            out.push(format!("{old}{suffix}"));
-        }
-        if base == *old {
-            out.push(format!("{new}{suffix}"));
+        for alias in [(base == *new).then_some(old), (base == *old).then_some(new)]
+            .into_iter()
+            .flatten()
+        {
+            let n = format!("{alias}{suffix}");
+            if !out.contains(&n) {
+                out.push(n);
+            }
         }
     }
     out
@@ -158,7 +181,7 @@ impl Scrape {
             let found: Vec<&Sample> = self
                 .samples
                 .iter()
-                .filter(|s| canonical_name(&s.name) == cand)
+                .filter(|s| is_canonically(&s.name, &cand))
                 .collect();
             if !found.is_empty() {
                 return found;
@@ -204,7 +227,7 @@ impl Scrape {
     fn distinct_label(&self, key: &str) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for s in &self.samples {
-            if !canonical_name(&s.name).starts_with("vllm:") {
+            if !(s.name.starts_with("vllm:") || s.name.starts_with("vllm_")) {
                 continue;
             }
             if let Some(v) = s.label(key) {
@@ -562,23 +585,75 @@ fn is_monotonic(name: &str, meta_kind: Option<&str>) -> bool {
         && (name.ends_with("_bucket") || name.ends_with("_count") || name.ends_with("_sum"))
 }
 
-/// Series identity: canonical name plus sorted labels.
-type SeriesKey = (String, Vec<(String, String)>);
+/// One series the tracker follows: canonical name plus labels sorted by
+/// `(name, value)`, as identity.
+#[derive(Debug, Clone)]
+struct Tracked {
+    name: String,
+    labels: Vec<(String, String)>,
+    last: f64,
+    /// `_created` of the parent series at the last scrape that had one.
+    created: Option<f64>,
+    increase: f64,
+}
 
-fn series_key(s: &Sample) -> SeriesKey {
-    let mut labels = s.labels.clone();
-    labels.sort();
-    (canonical_name(&s.name), labels)
+/// A parent series' `_created` in the scrape being pushed.
+#[derive(Debug, Clone)]
+struct Parent {
+    name: String,
+    labels: Vec<(String, String)>,
+    created: f64,
+    /// Which push set `created` (older values are stale).
+    push: u64,
+}
+
+/// FNV-1a over a series identity: canonical name, then the labels in sorted order.
+fn identity_hash<'a>(canon: &str, labels: impl Iterator<Item = &'a (String, String)>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8], end: u8| {
+        for b in bytes.iter().chain(std::iter::once(&end)) {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(canon.as_bytes(), 0xff);
+    for (k, v) in labels {
+        eat(k.as_bytes(), 0xfe);
+        eat(v.as_bytes(), 0xfd);
+    }
+    h
+}
+
+/// `order` = indexes of `labels` (minus `le` when `skip_le`) sorted by `(name, value)`.
+fn sorted_order(labels: &[(String, String)], skip_le: bool, order: &mut Vec<usize>) {
+    order.clear();
+    order.extend((0..labels.len()).filter(|i| !(skip_le && labels[*i].0 == "le")));
+    order.sort_by(|a, b| labels[*a].cmp(&labels[*b]));
+}
+
+fn same_labels(have: &[(String, String)], labels: &[(String, String)], order: &[usize]) -> bool {
+    have.len() == order.len() && order.iter().zip(have).all(|(i, h)| labels[*i] == *h)
 }
 
 /// Accumulates counter increases across a sequence of scrapes of one
 /// target, handling resets (a value drop, or a changed `_created`).
+///
+/// Series are found by a hash of their identity (canonical name and sorted
+/// labels) computed without building the identity, so a push allocates only
+/// for series it has not seen before; [`Self::increase`] looks series up by
+/// name. Increases of several matching series are summed in first-seen order.
 #[derive(Debug, Clone, Default)]
 pub struct CounterTracker {
-    last: HashMap<SeriesKey, f64>,
-    created: HashMap<SeriesKey, f64>,
-    increase: HashMap<SeriesKey, f64>,
+    series: Vec<Tracked>,
+    by_hash: HashMap<u64, Vec<usize>>,
+    by_name: HashMap<String, Vec<usize>>,
+    parents: Vec<Parent>,
+    parents_by_hash: HashMap<u64, Vec<usize>>,
+    pushes: u64,
     resets: usize,
+    // Scratch, reused across pushes.
+    canon: String,
+    order: Vec<usize>,
 }
 
 impl CounterTracker {
@@ -588,69 +663,116 @@ impl CounterTracker {
 
     /// Feed the next scrape.
     pub fn push(&mut self, scrape: &Scrape) {
+        self.pushes += 1;
+        let push_no = self.pushes;
+        let mut canon = std::mem::take(&mut self.canon);
+        let mut order = std::mem::take(&mut self.order);
         // `_created` per parent series, to spot restarts that happened to
-        // leave the counter higher than before.
-        let mut created_now: HashMap<SeriesKey, f64> = HashMap::new();
+        // leave the counter higher than before (the last one seen wins).
         for s in &scrape.samples {
-            let canon = canonical_name(&s.name);
-            if let Some(base) = canon.strip_suffix("_created") {
-                let mut labels = s.labels.clone();
-                labels.sort();
-                created_now.insert((base.to_string(), labels), s.value);
-            }
+            canonical_into(&s.name, &mut canon);
+            let Some(base) = canon.strip_suffix("_created") else {
+                continue;
+            };
+            sorted_order(&s.labels, false, &mut order);
+            let h = identity_hash(base, order.iter().map(|i| &s.labels[*i]));
+            let slot = self.parents_by_hash.entry(h).or_default();
+            let found = slot.iter().copied().find(|p| {
+                let p = &self.parents[*p];
+                p.name == base && same_labels(&p.labels, &s.labels, &order)
+            });
+            let idx = found.unwrap_or_else(|| {
+                self.parents.push(Parent {
+                    name: base.to_string(),
+                    labels: order.iter().map(|i| s.labels[*i].clone()).collect(),
+                    created: 0.0,
+                    push: 0,
+                });
+                slot.push(self.parents.len() - 1);
+                self.parents.len() - 1
+            });
+            self.parents[idx].created = s.value;
+            self.parents[idx].push = push_no;
         }
         for s in &scrape.samples {
-            let canon = canonical_name(&s.name);
+            canonical_into(&s.name, &mut canon);
             let (base, _) = split_suffix(&canon);
             let kind = scrape.meta.get(base).and_then(|m| m.kind.as_deref());
             if !is_monotonic(&canon, kind) {
                 continue;
             }
-            let key = series_key(s);
-            let mut parent_labels: Vec<(String, String)> = s
-                .labels
-                .iter()
-                .filter(|(k, _)| k != "le")
-                .cloned()
-                .collect();
-            parent_labels.sort();
-            let created = created_now.get(&(base.to_string(), parent_labels)).copied();
-            let restarted = match (created, self.created.get(&key)) {
-                (Some(now), Some(before)) => now != *before,
+            // The parent's `_created`, if this scrape has one.
+            sorted_order(&s.labels, true, &mut order);
+            let ph = identity_hash(base, order.iter().map(|i| &s.labels[*i]));
+            let created = self.parents_by_hash.get(&ph).and_then(|slot| {
+                slot.iter().map(|p| &self.parents[*p]).find(|p| {
+                    p.push == push_no && p.name == base && same_labels(&p.labels, &s.labels, &order)
+                })
+            });
+            let created = created.map(|p| p.created);
+            // The series itself.
+            sorted_order(&s.labels, false, &mut order);
+            let h = identity_hash(&canon, order.iter().map(|i| &s.labels[*i]));
+            let slot = self.by_hash.entry(h).or_default();
+            let found = slot.iter().copied().find(|t| {
+                let t = &self.series[*t];
+                t.name == canon && same_labels(&t.labels, &s.labels, &order)
+            });
+            let Some(idx) = found else {
+                // First sight: no baseline yet.
+                let idx = self.series.len();
+                slot.push(idx);
+                self.by_name.entry(canon.clone()).or_default().push(idx);
+                self.series.push(Tracked {
+                    name: canon.clone(),
+                    labels: order.iter().map(|i| s.labels[*i].clone()).collect(),
+                    last: s.value,
+                    created,
+                    increase: 0.0,
+                });
+                continue;
+            };
+            let t = &mut self.series[idx];
+            let restarted = match (created, t.created) {
+                (Some(now), Some(before)) => now != before,
                 _ => false,
             };
-            if let Some(c) = created {
-                self.created.insert(key.clone(), c);
+            if created.is_some() {
+                t.created = created;
             }
-            let delta = match self.last.get(&key) {
-                None => 0.0, // first sight: no baseline yet
-                Some(prev) if restarted || s.value < *prev => {
-                    self.resets += 1;
-                    s.value
-                }
-                Some(prev) => s.value - prev,
+            let delta = if restarted || s.value < t.last {
+                self.resets += 1;
+                s.value
+            } else {
+                s.value - t.last
             };
             if !delta.is_nan() {
-                *self.increase.entry(key.clone()).or_insert(0.0) += delta;
+                t.increase += delta;
             }
-            self.last.insert(key, s.value);
+            t.last = s.value;
         }
+        self.canon = canon;
+        self.order = order;
     }
 
     /// Increase of the series `name` whose labels include `want`, summed
     /// over all matching series (e.g. every engine); 0 if unseen.
     pub fn increase(&self, name: &str, want: &[(&str, &str)]) -> f64 {
-        let cands = candidate_names(name);
-        self.increase
-            .iter()
-            .filter(|((n, labels), _)| {
-                cands.contains(n)
-                    && want
-                        .iter()
-                        .all(|(k, v)| labels.iter().any(|(lk, lv)| lk == k && lv == v))
-            })
-            .map(|(_, v)| *v)
-            .sum()
+        let mut total = 0.0;
+        for cand in candidate_names(name) {
+            let Some(idx) = self.by_name.get(&cand) else {
+                continue;
+            };
+            for t in idx.iter().map(|i| &self.series[*i]) {
+                if want
+                    .iter()
+                    .all(|(k, v)| t.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+                {
+                    total += t.increase;
+                }
+            }
+        }
+        total
     }
 
     /// Number of resets seen so far.
@@ -702,6 +824,175 @@ mod tests {
         assert_eq!(s.samples[0].timestamp, Some(1700000000.5));
         assert_eq!(s.get("x_total", &[]), Some(3.0));
         assert!(parse("a 1\n# EOF\nb 2\n").is_err());
+    }
+
+    /// The tracker as it was first written (clone-and-hash every key), kept as the
+    /// reference the indexed one must agree with.
+    #[derive(Default)]
+    struct ReferenceTracker {
+        last: HashMap<(String, Vec<(String, String)>), f64>,
+        created: HashMap<(String, Vec<(String, String)>), f64>,
+        increase: HashMap<(String, Vec<(String, String)>), f64>,
+        resets: usize,
+    }
+
+    impl ReferenceTracker {
+        fn push(&mut self, scrape: &Scrape) {
+            let key = |s: &Sample| {
+                let mut labels = s.labels.clone();
+                labels.sort();
+                (canonical_name(&s.name), labels)
+            };
+            let mut created_now = HashMap::new();
+            for s in &scrape.samples {
+                let canon = canonical_name(&s.name);
+                if let Some(base) = canon.strip_suffix("_created") {
+                    let mut labels = s.labels.clone();
+                    labels.sort();
+                    created_now.insert((base.to_string(), labels), s.value);
+                }
+            }
+            for s in &scrape.samples {
+                let canon = canonical_name(&s.name);
+                let (base, _) = split_suffix(&canon);
+                let kind = scrape.meta.get(base).and_then(|m| m.kind.as_deref());
+                if !is_monotonic(&canon, kind) {
+                    continue;
+                }
+                let k = key(s);
+                let mut parent: Vec<(String, String)> = s
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| k != "le")
+                    .cloned()
+                    .collect();
+                parent.sort();
+                let created = created_now.get(&(base.to_string(), parent)).copied();
+                let restarted = match (created, self.created.get(&k)) {
+                    (Some(now), Some(before)) => now != *before,
+                    _ => false,
+                };
+                if let Some(c) = created {
+                    self.created.insert(k.clone(), c);
+                }
+                let delta = match self.last.get(&k) {
+                    None => 0.0,
+                    Some(prev) if restarted || s.value < *prev => {
+                        self.resets += 1;
+                        s.value
+                    }
+                    Some(prev) => s.value - prev,
+                };
+                if !delta.is_nan() {
+                    *self.increase.entry(k.clone()).or_insert(0.0) += delta;
+                }
+                self.last.insert(k, s.value);
+            }
+        }
+
+        fn increase(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+            let cands = candidate_names(name);
+            self.increase
+                .iter()
+                .filter(|((n, labels), _)| {
+                    cands.contains(n)
+                        && want
+                            .iter()
+                            .all(|(k, v)| labels.iter().any(|(lk, lv)| lk == k && lv == v))
+                })
+                .map(|(_, v)| *v)
+                .sum()
+        }
+    }
+
+    #[test]
+    fn indexed_tracker_agrees_with_the_reference() {
+        // A small LCG: deterministic, no dependency.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut totals = [0u64; 8];
+        let mut created = [1000u64; 2];
+        let (mut tracker, mut reference) = (CounterTracker::new(), ReferenceTracker::default());
+        let mut saw_reset = false;
+        for round in 0..60 {
+            let mut lines = vec![
+                "# TYPE vllm:h histogram".to_string(),
+                "# TYPE vllm:g gauge".to_string(),
+            ];
+            for (e, t) in totals.iter_mut().enumerate() {
+                *t = if rnd(12) == 0 { rnd(5) } else { *t + rnd(50) };
+                let _ = e;
+            }
+            if rnd(10) == 0 {
+                created[rnd(2) as usize] += 1;
+            }
+            for e in 0..2usize {
+                let (a, b) = (totals[e], totals[e + 2]);
+                // Label order and name spelling vary from scrape to scrape.
+                let labels = if rnd(2) == 0 {
+                    format!("engine=\"{e}\",model_name=\"m\"")
+                } else {
+                    format!("model_name=\"m\",engine=\"{e}\"")
+                };
+                let sep = if rnd(2) == 0 { ':' } else { '_' };
+                lines.push(format!("vllm{sep}prompt_tokens_total{{{labels}}} {a}"));
+                lines.push(format!(
+                    "vllm:prompt_tokens_created{{{labels}}} {}",
+                    created[e]
+                ));
+                lines.push(format!(
+                    "vllm:gpu_prefix_cache_queries_total{{{labels}}} {b}"
+                ));
+                lines.push(format!(
+                    "vllm:prefix_cache_queries_total{{{labels}}} {}",
+                    b / 2
+                ));
+                lines.push(format!("vllm:g{{{labels}}} {a}"));
+                let (c1, c2) = (
+                    totals[e + 4].min(totals[e + 6]),
+                    totals[e + 4].max(totals[e + 6]),
+                );
+                for (le, c) in [("0.5", c1), ("+Inf", c2)] {
+                    lines.push(format!("vllm{sep}h_bucket{{le=\"{le}\",{labels}}} {c}"));
+                }
+                lines.push(format!("vllm:h_count{{{labels}}} {c2}"));
+                lines.push(format!("vllm:h_sum{{{labels}}} {}.25", c2 * 3));
+                lines.push(format!("vllm:h_created{{{labels}}} {}", created[e]));
+            }
+            if round % 7 == 3 {
+                lines.push("vllm:h_sum{engine=\"0\",model_name=\"m\"} NaN".into());
+            }
+            let scrape = parse(&lines.join("\n")).expect("parses");
+            tracker.push(&scrape);
+            reference.push(&scrape);
+            saw_reset |= reference.resets > 0;
+            assert_eq!(tracker.resets(), reference.resets, "round {round}");
+            for (name, want) in [
+                ("vllm:prompt_tokens_total", vec![]),
+                ("vllm_prompt_tokens_total", vec![("engine", "1")]),
+                ("vllm:prefix_cache_queries_total", vec![]),
+                ("vllm:gpu_prefix_cache_queries_total", vec![("engine", "0")]),
+                ("vllm:h_bucket", vec![("le", "0.5")]),
+                ("vllm:h_bucket", vec![("le", "+Inf"), ("engine", "1")]),
+                ("vllm:h_count", vec![]),
+                ("vllm:h_sum", vec![("engine", "0")]),
+                ("vllm:g", vec![]),
+                ("vllm:absent_total", vec![]),
+            ] {
+                assert_eq!(
+                    tracker.increase(name, &want),
+                    reference.increase(name, &want),
+                    "round {round}: {name} {want:?}"
+                );
+            }
+        }
+        assert!(saw_reset);
+        assert!(tracker.increase("vllm:prompt_tokens_total", &[]) > 0.0);
     }
 
     #[test]

@@ -1,11 +1,17 @@
 //! Re-run latency: what a control change costs, from the controls to the last point of
 //! 5 virtual minutes (argv → parse → start-up → run → points + findings), for the default
-//! and each preset, plus the simulator alone (no-op observer) as the floor.
+//! and each preset, plus the simulator alone (no-op observer) as the floor, and the live
+//! doctor alone: its scrapes and analyses over the same run (the recorder states it saw,
+//! captured once, then replayed through `LiveDoctor` and timed).
 //! Run: `cargo bench -p twin-sandbox --bench rerun [-- REPEATS]`.
 
 use std::time::Instant;
 
-use twin_sandbox::runs::{self, Prepare};
+use twin_metrics::MetricsRecorder;
+use twin_sandbox::findings::{LiveDoctor, DOCTOR_INTERVAL_S};
+use twin_sandbox::runs::{self, Prepare, Prepared};
+use twin_sandbox::series::SeriesObserver;
+use twin_sim::metrics_bridge::MetricsObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample};
 
 struct Nop;
@@ -15,6 +21,40 @@ impl Observer for Nop {
     fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {}
     fn on_rejected(&mut self, _: &twin_workload::RequestSpec) {}
     fn on_step(&mut self, _: usize, _: &StepSample) {}
+}
+
+/// The recorder at engine start and at every point where the live doctor scrapes (the
+/// same due-time rule as `LiveDoctor::at`), over the preset's run.
+fn doctor_inputs(prep: &Prepared) -> (MetricsRecorder, Vec<(f64, MetricsRecorder)>) {
+    let metrics = MetricsObserver::new(
+        &prep.startup,
+        &prep.served_model_name,
+        prep.config.data_parallel_size,
+        false,
+        None,
+    );
+    let start = metrics.recorder().clone();
+    let mut due = DOCTOR_INTERVAL_S;
+    let mut states = Vec::new();
+    let mut on_point = |p: twin_sandbox::series::Point, rec: &MetricsRecorder| {
+        if p.t + 1e-9 >= due {
+            while due <= p.t + 1e-9 {
+                due += DOCTOR_INTERVAL_S;
+            }
+            states.push((p.t, rec.clone()));
+        }
+    };
+    let mut obs = SeriesObserver::new(
+        runs::BUCKET_S,
+        prep.controls.duration_s,
+        None,
+        metrics,
+        &mut on_point,
+    );
+    let _ = twin_sim::run(&prep.config, &prep.startup, &mut obs);
+    obs.finish();
+    drop(obs);
+    (start, states)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -27,10 +67,12 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(7);
-    println!("| preset | requests | engine steps | first point (ms) | re-run median (ms) | min (ms) | simulator alone, median (ms) |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| preset | requests | engine steps | first point (ms) | re-run median (ms) | min (ms) | simulator alone, median (ms) | live doctor alone, median (ms) | doctor scrapes |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for p in twin_sandbox::presets::presets() {
-        let (mut full, mut first, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut full, mut first, mut floor, mut doctor) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut scrapes = 0;
         let mut steps = 0;
         let mut reqs = 0;
         for _ in 0..repeats {
@@ -53,15 +95,27 @@ fn main() {
             let t1 = Instant::now();
             let _ = twin_sim::run(&cfg, &prep.startup, &mut Nop);
             floor.push(t1.elapsed().as_secs_f64() * 1e3);
+            // The live doctor alone: the scrapes and analyses of this run, nothing else.
+            let (start, states) = doctor_inputs(&prep);
+            let t2 = Instant::now();
+            let mut d = LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
+            d.start(&start);
+            for (t, rec) in &states {
+                d.at(*t, rec);
+            }
+            doctor.push(t2.elapsed().as_secs_f64() * 1e3);
+            std::hint::black_box(d.findings());
+            scrapes = states.len() + 1;
         }
         let min = full.iter().cloned().fold(f64::INFINITY, f64::min);
         println!(
-            "| {} | {reqs} finished | {steps} | {:.1} | {:.0} | {:.0} | {:.0} |",
+            "| {} | {reqs} finished | {steps} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1} | {scrapes} |",
             p.id,
             median(&mut first),
             median(&mut full),
             min,
-            median(&mut floor)
+            median(&mut floor),
+            median(&mut doctor)
         );
     }
 }

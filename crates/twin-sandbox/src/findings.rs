@@ -8,9 +8,9 @@
 //!   [`DOCTOR_INTERVAL_S`] over a trailing [`DOCTOR_WINDOW_S`], i.e. what
 //!   `vllm-twin doctor URL --window 60s --interval 5s` would report if pointed at this
 //!   engine now. It says *why*, names the playbook branch and what to change. Nothing of
-//!   the doctor is re-implemented here: the sandbox only builds its input (the exposition
-//!   text, parsed by twin-metrics' parser as the doctor parses a live scrape) and converts
-//!   its answer for the page.
+//!   the doctor is re-implemented here: the sandbox only builds its input (the scrape
+//!   twin-metrics' parser would read from the exposition text, built straight from the
+//!   recorder by `MetricsRecorder::scrape`) and converts its answer for the page.
 
 use serde::Serialize;
 use twin_doctor::bottleneck::Class;
@@ -141,6 +141,9 @@ pub struct LiveDoctor {
     opts: twin_doctor::Options,
     next_scrape_s: f64,
     current: Vec<Finding>,
+    /// How a scrape is read: [`MetricsRecorder::scrape`]; tests swap in the text path
+    /// (`parse(encode_text())`) to show both give the doctor the same input.
+    read: fn(&MetricsRecorder) -> twin_metrics::parser::Scrape,
 }
 
 impl LiveDoctor {
@@ -169,6 +172,7 @@ impl LiveDoctor {
             opts,
             next_scrape_s: 0.0,
             current: Vec::new(),
+            read: MetricsRecorder::scrape,
         }
     }
 
@@ -201,10 +205,10 @@ impl LiveDoctor {
     }
 
     fn scrape(&mut self, t_s: f64, recorder: &MetricsRecorder) {
-        // Exactly what a scrape of the twin's /metrics returns, read the way the doctor
-        // reads a live endpoint (tolerant parse; the twin's exposition has no bad lines).
-        let (scrape, errors) = twin_metrics::parser::parse_lossy(&recorder.encode_text());
-        debug_assert!(errors.is_empty(), "{errors:?}");
+        // Exactly what parsing a scrape of the twin's /metrics gives, without the text
+        // (`MetricsRecorder::scrape`, tested equal to `parse(encode_text())`), normalised
+        // as the doctor normalises a live scrape.
+        let scrape = (self.read)(recorder);
         let snaps = &mut self.obs.instances[0].snapshots;
         snaps.push(Snapshot {
             t_s,
@@ -303,6 +307,90 @@ pub fn merge(alerts: Vec<Finding>, doctor: &[Finding]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live scrape of the twin's `/metrics`, read as the doctor reads any endpoint.
+    fn scrape_via_text(r: &MetricsRecorder) -> twin_metrics::parser::Scrape {
+        let (scrape, errors) = twin_metrics::parser::parse_lossy(&r.encode_text());
+        assert!(errors.is_empty(), "{errors:?}");
+        scrape
+    }
+
+    #[test]
+    fn direct_scrapes_give_the_doctor_what_parsed_text_gives() {
+        let mut named = Vec::new();
+        for preset in crate::presets::presets() {
+            let crate::runs::Prepare::Ready(prep) =
+                crate::runs::prepare(&preset.controls).expect("valid preset")
+            else {
+                panic!("{} refused", preset.id);
+            };
+            let new = || LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
+            let (mut direct, mut text) = (new(), new());
+            text.read = scrape_via_text;
+            let metrics = twin_sim::metrics_bridge::MetricsObserver::new(
+                &prep.startup,
+                &prep.served_model_name,
+                prep.config.data_parallel_size,
+                false,
+                None,
+            );
+            direct.start(metrics.recorder());
+            text.start(metrics.recorder());
+            let mut diagnoses = 0;
+            let mut on_point = |p: crate::series::Point, rec: &MetricsRecorder| {
+                let due = p.t + 1e-9 >= direct.next_scrape_s;
+                direct.at(p.t, rec);
+                text.at(p.t, rec);
+                if !due {
+                    return;
+                }
+                diagnoses += 1;
+                let (a, b) = (&direct.obs.instances[0], &text.obs.instances[0]);
+                assert_eq!(a.snapshots.len(), b.snapshots.len());
+                for (x, y) in a.snapshots.iter().zip(&b.snapshots) {
+                    assert_eq!(x.t_s, y.t_s);
+                    assert_eq!(x.scrape, y.scrape, "{} at {} s", preset.id, p.t);
+                }
+                // The doctor's whole answer, not only the page's findings.
+                let (da, db) = (
+                    twin_doctor::analyze(&direct.obs, &direct.opts),
+                    twin_doctor::analyze(&text.obs, &text.opts),
+                );
+                assert_eq!(
+                    serde_json::to_string(&da).expect("json"),
+                    serde_json::to_string(&db).expect("json"),
+                    "{} at {} s",
+                    preset.id,
+                    p.t
+                );
+                assert_eq!(direct.findings(), text.findings());
+                for f in direct.findings() {
+                    if !named.contains(&f.id) {
+                        named.push(f.id);
+                    }
+                }
+            };
+            let mut obs = crate::series::SeriesObserver::new(
+                crate::runs::BUCKET_S,
+                prep.controls.duration_s,
+                None,
+                metrics,
+                &mut on_point,
+            );
+            twin_sim::run(&prep.config, &prep.startup, &mut obs).expect("runs");
+            obs.finish();
+            drop(obs);
+            assert!(diagnoses >= 20, "{}: {diagnoses}", preset.id);
+        }
+        // Not vacuous: the runs made the doctor name its branches.
+        for id in [
+            "kv-preemption",
+            "ttft-queue-pseudo-saturation",
+            "autoscale-signal",
+        ] {
+            assert!(named.contains(&id), "{id} not in {named:?}");
+        }
+    }
 
     #[test]
     fn seed_alert_lines() {
