@@ -298,21 +298,9 @@ impl MetricsRecorder {
     }
 
     fn observe(&mut self, id: FamilyId, epos: usize, amount: f64) {
-        let Some(i) = self.slot[id as usize] else {
-            return;
-        };
-        let fam = &mut self.families[i];
-        let bounds = &fam.bounds;
-        if let Some(s) = fam.series.get_mut(epos) {
-            if let Value::Histogram { counts, sum, .. } = &mut s.value {
-                // vLLM: prometheus_client Histogram.observe(): sum first, then
-                // the first bucket with amount <= bound (NaN lands nowhere).
-                *sum += amount;
-                if let Some(b) = bounds.iter().position(|le| amount <= *le) {
-                    counts[b] += 1.0;
-                }
-            }
-        }
+        // vLLM: prometheus_client Histogram.observe(): sum first, then the first bucket
+        // with amount <= bound (NaN lands nowhere).
+        self.observe_n(id, epos, amount, 1);
     }
 
     /// `count` observations of `amount`: what `count` calls of [`Self::observe`] leave

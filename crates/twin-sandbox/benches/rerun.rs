@@ -11,7 +11,6 @@ use twin_metrics::MetricsRecorder;
 use twin_sandbox::findings::{LiveDoctor, DOCTOR_INTERVAL_S};
 use twin_sandbox::runs::{self, Prepare, Prepared};
 use twin_sandbox::series::SeriesObserver;
-use twin_sim::metrics_bridge::MetricsObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample};
 
 struct Nop;
@@ -26,13 +25,7 @@ impl Observer for Nop {
 /// The recorder at engine start and at every point where the live doctor scrapes (the
 /// same due-time rule as `LiveDoctor::at`), over the preset's run.
 fn doctor_inputs(prep: &Prepared) -> (MetricsRecorder, Vec<(f64, MetricsRecorder)>) {
-    let metrics = MetricsObserver::new(
-        &prep.startup,
-        &prep.served_model_name,
-        prep.config.data_parallel_size,
-        false,
-        None,
-    );
+    let metrics = runs::metrics_observer(prep);
     let start = metrics.recorder().clone();
     let mut due = DOCTOR_INTERVAL_S;
     let mut states = Vec::new();

@@ -327,13 +327,7 @@ mod tests {
             let new = || LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
             let (mut direct, mut text) = (new(), new());
             text.read = scrape_via_text;
-            let metrics = twin_sim::metrics_bridge::MetricsObserver::new(
-                &prep.startup,
-                &prep.served_model_name,
-                prep.config.data_parallel_size,
-                false,
-                None,
-            );
+            let metrics = crate::runs::metrics_observer(&prep);
             direct.start(metrics.recorder());
             text.start(metrics.recorder());
             let mut diagnoses = 0;

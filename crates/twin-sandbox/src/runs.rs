@@ -210,6 +210,17 @@ pub struct Summary {
     pub findings: Vec<Finding>,
 }
 
+/// The twin's /metrics for a prepared run (what the live doctor scrapes).
+pub fn metrics_observer(prep: &Prepared) -> MetricsObserver {
+    MetricsObserver::new(
+        &prep.startup,
+        &prep.served_model_name,
+        prep.config.data_parallel_size,
+        false,
+        None,
+    )
+}
+
 /// Run `prep` to its horizon, calling `sink` with each point and the findings for it.
 pub fn run(
     prep: &Prepared,
@@ -218,13 +229,7 @@ pub fn run(
 ) -> Summary {
     let t0 = Instant::now();
     let th = findings::Thresholds::default();
-    let metrics = MetricsObserver::new(
-        &prep.startup,
-        &prep.served_model_name,
-        prep.config.data_parallel_size,
-        false,
-        None,
-    );
+    let metrics = metrics_observer(prep);
     let mut doctor = LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
     doctor.start(metrics.recorder());
     let mut history: Vec<Point> = Vec::with_capacity(prep.controls.duration_s as usize + 2);
