@@ -326,10 +326,7 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
     if snaps.is_empty() {
         return sig;
     }
-    let mut tracker = CounterTracker::new();
-    for s in snaps {
-        tracker.push(&s.scrape);
-    }
+    let tracker = CounterTracker::from_scrapes(snaps.iter().map(|s| &s.scrape));
     let w = Window {
         snaps,
         tracker,
