@@ -47,6 +47,6 @@ pub use memory_plan::{
 pub use model::{from_hf_config_json, ModelSpec};
 pub use precision::{KvCacheDtype, WeightFormat};
 pub use roofline::{
-    BatchShape, CostModel, GraphMode, SeqChunk, StepBreakdown, StepCost, Utilisation,
+    BatchShape, CostModel, DecodeGroup, GraphMode, SeqChunk, StepBreakdown, StepCost, Utilisation,
 };
 pub use spec_decode::{SpecDecodeConfig, SpecMethod};

@@ -155,19 +155,34 @@ impl SeqChunk {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchShape {
     seqs: Vec<SeqChunk>,
+    decode_group: DecodeGroup,
+}
+
+/// One-token decodes given as a count and the sum of their `context_len + 1`, beside the
+/// listed sequences (the engine's coasting decodes). Costed in closed form, so only where
+/// [`CostModel::costs_decode_groups`] holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecodeGroup {
+    pub count: u64,
+    pub attended_tokens: u64,
 }
 
 impl BatchShape {
     pub fn new() -> Self {
-        BatchShape { seqs: Vec::new() }
+        Self::default()
     }
     pub fn with_capacity(n: usize) -> Self {
         BatchShape {
             seqs: Vec::with_capacity(n),
+            decode_group: DecodeGroup::default(),
         }
     }
     pub fn clear(&mut self) {
         self.seqs.clear();
+        self.decode_group = DecodeGroup::default();
+    }
+    pub fn set_decode_group(&mut self, group: DecodeGroup) {
+        self.decode_group = group;
     }
     pub fn push(&mut self, s: SeqChunk) {
         self.seqs.push(s);
@@ -188,7 +203,11 @@ impl BatchShape {
         self.seqs.is_empty()
     }
     pub fn total_tokens(&self) -> u64 {
-        self.seqs.iter().map(|s| u64::from(s.new_tokens)).sum()
+        self.seqs
+            .iter()
+            .map(|s| u64::from(s.new_tokens))
+            .sum::<u64>()
+            + self.decode_group.count
     }
 }
 
@@ -196,6 +215,7 @@ impl FromIterator<SeqChunk> for BatchShape {
     fn from_iter<I: IntoIterator<Item = SeqChunk>>(iter: I) -> Self {
         BatchShape {
             seqs: iter.into_iter().collect(),
+            decode_group: DecodeGroup::default(),
         }
     }
 }
@@ -685,7 +705,20 @@ impl CostModel {
 
     /// Cost of the step `batch` describes.
     pub fn step_time_s(&self, batch: &BatchShape) -> StepCost {
-        self.step_cost(batch.seqs())
+        let group = batch.decode_group;
+        if group.count == 0 {
+            return self.step_cost(batch.seqs());
+        }
+        assert!(
+            self.costs_decode_groups(),
+            "decode groups need the closed-form one-token attention"
+        );
+        self.step_cost_with(batch.seqs(), true, group)
+    }
+
+    /// Whether batches may carry a [`DecodeGroup`]: its closed form is exact here.
+    pub fn costs_decode_groups(&self) -> bool {
+        self.single_token_attention_is_memory_bound()
     }
 
     /// Whether a one-token query's attention is memory-bound at every context length: its
@@ -706,12 +739,21 @@ impl CostModel {
 
     /// Cost of one step over a slice of scheduled requests (no allocation; O(len)).
     pub fn step_cost(&self, seqs: &[SeqChunk]) -> StepCost {
-        self.step_cost_with(seqs, self.single_token_attention_is_memory_bound())
+        self.step_cost_with(
+            seqs,
+            self.single_token_attention_is_memory_bound(),
+            DecodeGroup::default(),
+        )
     }
 
     /// `step_cost`, with the closed-form sum of one-token attention on or off (off costs
     /// every request on its own; the two agree up to rounding where the closed form holds).
-    fn step_cost_with(&self, seqs: &[SeqChunk], single_token_memory_bound: bool) -> StepCost {
+    fn step_cost_with(
+        &self,
+        seqs: &[SeqChunk],
+        single_token_memory_bound: bool,
+        group: DecodeGroup,
+    ) -> StepCost {
         let mut tokens: u64 = 0;
         let mut rows: u64 = 0;
         let mut emitting: u64 = 0;
@@ -789,6 +831,21 @@ impl CostModel {
             attn_flops += flops;
             attn_bytes += bytes;
         }
+        if group.count > 0 {
+            // What the loop above does for each of `count` one-token decodes (the f64 sums
+            // are of integers, so adding them at once gives the same bits).
+            let attended = group.attended_tokens as f64;
+            tokens += group.count;
+            emitting += group.count;
+            rows += group.count;
+            draft_ctx_tokens += attended;
+            if self.decode_query_len != 1 {
+                uniform_decode = false;
+            }
+            kv_tokens += group.attended_tokens;
+            single_count += group.count as f64;
+            single_total_tokens += attended;
+        }
         if single_count > 0.0 {
             // One query token over T = context + 1 keys: every term is affine in T, and the
             // memory side wins at every T, so the per-sequence sums collapse to these.
@@ -805,7 +862,7 @@ impl CostModel {
             attn_bytes += bytes;
         }
 
-        let num_seqs = seqs.iter().filter(|s| s.new_tokens > 0).count() as u32;
+        let num_seqs = seqs.iter().filter(|s| s.new_tokens > 0).count() as u32 + group.count as u32;
         if tokens == 0 {
             return self.idle_cost();
         }
@@ -1065,6 +1122,50 @@ mod tests {
     use crate::{gpu, model, ServeConfig};
 
     #[test]
+    fn a_decode_group_costs_the_same_bits_as_its_decodes_listed() {
+        let mut checked = 0;
+        for m in model::catalog() {
+            for g in gpu::catalog() {
+                let Ok(rc) = ServeConfig::default().resolve(&m, g) else {
+                    continue;
+                };
+                let c = CostModel::new(&m, g, &rc).unwrap();
+                if !c.costs_decode_groups() {
+                    continue;
+                }
+                let contexts: Vec<u32> = (0..61u32).map(|i| 17 + i * 977).collect();
+                // Listed: a prefill chunk, then every decode.
+                let mut listed = BatchShape::new();
+                listed.push_prefill(300, 40, true);
+                for &ctx in &contexts {
+                    listed.push(SeqChunk::decode(ctx));
+                }
+                // Grouped: the prefill chunk plus the decodes as a count and a sum.
+                let mut grouped = BatchShape::new();
+                grouped.push_prefill(300, 40, true);
+                grouped.set_decode_group(DecodeGroup {
+                    count: contexts.len() as u64,
+                    attended_tokens: contexts.iter().map(|&x| u64::from(x) + 1).sum(),
+                });
+                let a = c.step_time_s(&listed);
+                let b = c.step_time_s(&grouped);
+                assert_eq!(a, b, "{} on {}", m.name, g.key);
+                // Only decodes, too (the CUDA-graph mode depends on it).
+                let mut only = BatchShape::new();
+                only.set_decode_group(DecodeGroup {
+                    count: contexts.len() as u64,
+                    attended_tokens: contexts.iter().map(|&x| u64::from(x) + 1).sum(),
+                });
+                let listed_only: BatchShape =
+                    contexts.iter().map(|&x| SeqChunk::decode(x)).collect();
+                assert_eq!(c.step_time_s(&listed_only), c.step_time_s(&only));
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "groups applied to only {checked} pairs");
+    }
+
+    #[test]
     fn closed_form_decode_attention_matches_costing_each_request() {
         let mut checked = 0;
         for m in model::catalog() {
@@ -1092,8 +1193,8 @@ mod tests {
                     draft_tokens: 3,
                     emits_token: true,
                 });
-                let fast = c.step_cost_with(b.seqs(), true);
-                let each = c.step_cost_with(b.seqs(), false);
+                let fast = c.step_cost_with(b.seqs(), true, DecodeGroup::default());
+                let each = c.step_cost_with(b.seqs(), false, DecodeGroup::default());
                 let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
                 assert!(
                     close(fast.step_time_s, each.step_time_s)

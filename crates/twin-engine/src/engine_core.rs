@@ -97,6 +97,21 @@ impl EngineCore {
         self.scheduler.add_request(new, now_s)
     }
 
+    /// [`Scheduler::enable_coasting`].
+    pub fn enable_coasting(&mut self, tokens: (u64, u32)) -> bool {
+        self.scheduler.enable_coasting(tokens)
+    }
+
+    /// [`Scheduler::never_coast`].
+    pub fn never_coast(&mut self, h: ReqHandle) {
+        self.scheduler.never_coast(h);
+    }
+
+    /// [`Scheduler::end_all_coasts`].
+    pub fn end_all_coasts(&mut self) {
+        self.scheduler.end_all_coasts();
+    }
+
     /// Client abort. Returns whether the request was still unfinished.
     pub fn abort_request(&mut self, h: ReqHandle) -> bool {
         !self

@@ -135,6 +135,9 @@ pub struct Request {
     pub(crate) has_news: bool,
     /// An EOS or stop token id can end this request (else only its length can).
     pub(crate) stops_on_tokens: bool,
+    /// The caller allows this request's decodes to coast (its per-token outputs are then
+    /// summed into the step's count; see `Scheduler::enable_coasting`).
+    pub(crate) coast_ok: bool,
     pub num_computed_tokens: usize,
     pub num_output_placeholders: usize,
     pub num_in_flight_tokens: usize,
@@ -152,6 +155,9 @@ pub struct Request {
     /// vLLM: `SingleTypeKVCacheManager.num_cached_block`.
     pub(crate) num_cached_block: Option<usize>,
     pub num_preemptions: usize,
+    /// First engine step of the current coast (valid while the scheduler's slot for
+    /// this request says it coasts).
+    pub(crate) coast_from: u64,
     // Cold: read when `has_news`, at a stop, at admission and at preemption.
     pub(crate) events: Vec<EngineCoreEvent>,
     pub(crate) prefill_stats: Option<PrefillStats>,
@@ -172,11 +178,15 @@ impl Request {
         let max_tokens = new.sampling.max_tokens;
         let mut all_token_ids = new.prompt_token_ids;
         // Room for the outputs up front: growing a long prompt's vector mid-decode copies it.
-        all_token_ids.reserve_exact(max_tokens.min(MAX_RESERVED_OUTPUT_TOKENS));
+        let room = max_tokens.min(MAX_RESERVED_OUTPUT_TOKENS);
+        all_token_ids.reserve_exact(room);
+        let num_blocks = (num_prompt_tokens + room).div_ceil(block_size.max(1));
         let stops_on_tokens =
             new.sampling.eos_token_id.is_some() || !new.sampling.stop_token_ids.is_empty();
         let mut req = Request {
             stops_on_tokens,
+            coast_ok: true,
+            coast_from: 0,
             request_id: new.request_id,
             arrival_time_s: new.arrival_time_s,
             priority: new.priority,
@@ -197,8 +207,12 @@ impl Request {
             stop_reason: None,
             cache_salt: new.cache_salt,
             lora_name: new.lora_name,
-            block_hashes: Vec::new(),
-            block_ids: Vec::new(),
+            block_hashes: if hash_blocks {
+                Vec::with_capacity(num_blocks)
+            } else {
+                Vec::new()
+            },
+            block_ids: Vec::with_capacity(num_blocks),
             num_cached_block: None,
             events: Vec::new(),
             prefill_stats: Some(PrefillStats::default()),
@@ -250,7 +264,7 @@ impl Request {
 
     /// Hash any new full blocks. vLLM: `kv_cache_utils.get_request_block_hasher`.
     #[inline]
-    fn update_block_hashes(&mut self) {
+    pub(crate) fn update_block_hashes(&mut self) {
         // Called after every appended token; a block fills once per block_size of them.
         if self.hash_blocks
             && (self.block_hashes.len() + 1) * self.block_size <= self.all_token_ids.len()

@@ -37,20 +37,43 @@ impl SplitMix64 {
     }
 }
 
+/// The token a synthetic request holds at `index` of its token ids (prompt + outputs):
+/// a hash of (seed, request, position), never the stop token or a placeholder. Keyed by
+/// position rather than drawn from a stream so the scheduler can write the tokens of
+/// coasting decodes (docs/performance.md) without the runner, and get the same ones.
+#[inline]
+pub fn synthetic_token(seed: u64, h: ReqHandle, index: usize, vocab_size: u32) -> TokenId {
+    let mut z = seed
+        ^ (h.bits().wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        ^ (index as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    z = (z ^ (z >> 32)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z ^= z >> 29;
+    // Multiply-shift instead of a 64-bit division.
+    let range = u64::from(vocab_size.max(16) - 3);
+    3 + (((z >> 32) * range) >> 32) as TokenId
+}
+
 /// Which token a request samples at an output position: the runner's only policy.
 pub trait TokenPlan {
     /// Whether `h`'s tokens depend on its output position (the runner then works it out;
     /// other requests skip the lookup).
     fn needs_position(&self, h: ReqHandle) -> bool;
-    /// The token at 0-based output `position`. Plans must not sample a stop token before
-    /// `min_tokens` (vLLM's sampler masks stop tokens until then).
+    /// The token at 0-based output `position`, which is `index` in the request's token
+    /// ids. Plans must not sample a stop token before `min_tokens` (vLLM's sampler masks
+    /// stop tokens until then).
     fn token(
         &mut self,
         h: ReqHandle,
         position: usize,
+        index: usize,
         min_tokens: usize,
         rng: &mut SplitMix64,
     ) -> TokenId;
+    /// The plan's tokens are [`synthetic_token`] with this seed and vocabulary for every
+    /// request that does not need its position: the scheduler may then let decodes coast.
+    fn position_keyed(&self) -> Option<(u64, u32)> {
+        None
+    }
 }
 
 /// Random tokens from the vocabulary; requests told to stop early sample the stop token.
@@ -59,6 +82,7 @@ pub struct RandomTokens {
     /// Output length at which a request samples the stop token (absent: run to max_tokens).
     stop_at: HashMap<ReqHandle, usize>,
     vocab_size: u32,
+    seed: u64,
 }
 
 impl TokenPlan for RandomTokens {
@@ -72,8 +96,9 @@ impl TokenPlan for RandomTokens {
         &mut self,
         h: ReqHandle,
         position: usize,
+        index: usize,
         min_tokens: usize,
-        rng: &mut SplitMix64,
+        _rng: &mut SplitMix64,
     ) -> TokenId {
         if !self.stop_at.is_empty()
             && position + 1 >= min_tokens
@@ -81,10 +106,11 @@ impl TokenPlan for RandomTokens {
         {
             return SYNTHETIC_STOP_TOKEN_ID;
         }
-        // Never the stop token, never a placeholder. Multiply-shift instead of a 64-bit
-        // division: the engine samples one of these per request per step.
-        let range = u64::from(self.vocab_size - 3);
-        3 + (((rng.next_u64() >> 32) * range) >> 32) as TokenId
+        synthetic_token(self.seed, h, index, self.vocab_size)
+    }
+
+    fn position_keyed(&self) -> Option<(u64, u32)> {
+        Some((self.seed, self.vocab_size))
     }
 }
 
@@ -107,6 +133,7 @@ impl SyntheticModelRunner<RandomTokens> {
             RandomTokens {
                 stop_at: HashMap::new(),
                 vocab_size: vocab_size.max(16),
+                seed,
             },
         )
     }
@@ -154,7 +181,9 @@ impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
             }
             if e.spec_range.is_empty() && !self.plan.needs_position(e.handle) {
                 // One sampled token, no position lookup: the whole of a plain decode step.
-                let t = self.plan.token(e.handle, 0, 0, &mut self.rng);
+                // It lands at index computed + scheduled of the request's token ids.
+                let index = e.num_computed_tokens + e.num_scheduled_tokens;
+                let t = self.plan.token(e.handle, 0, index, 0, &mut self.rng);
                 out.push_one(t);
                 if drafts {
                     self.last_sampled.push(e.handle);
@@ -173,16 +202,24 @@ impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
                 _ => (0, 0),
             };
             self.toks.clear();
-            let t = self.plan.token(e.handle, k0, min_tokens, &mut self.rng);
+            // Index of the first sampled token: after the verified part of the chunk.
+            let index0 = e.num_computed_tokens + e.num_scheduled_tokens - e.spec_range.len();
+            let t = self
+                .plan
+                .token(e.handle, k0, index0, min_tokens, &mut self.rng);
             self.toks.push(t);
             for i in 0..e.spec_range.len() {
                 let p = self.acceptance_per_position.get(i).copied().unwrap_or(0.0);
                 if self.rng.next_f64() >= p {
                     break;
                 }
-                let t = self
-                    .plan
-                    .token(e.handle, k0 + i + 1, min_tokens, &mut self.rng);
+                let t = self.plan.token(
+                    e.handle,
+                    k0 + i + 1,
+                    index0 + i + 1,
+                    min_tokens,
+                    &mut self.rng,
+                );
                 self.toks.push(t);
             }
             out.push(&self.toks);

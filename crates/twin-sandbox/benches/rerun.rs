@@ -3,7 +3,7 @@
 //! and each preset, plus the simulator alone (no-op observer) as the floor, and the live
 //! doctor alone: its scrapes and analyses over the same run (the recorder states it saw,
 //! captured once, then replayed through `LiveDoctor` and timed).
-//! Run: `cargo bench -p twin-sandbox --bench rerun [-- REPEATS]`.
+//! Run: `cargo bench -p twin-sandbox --bench rerun [-- REPEATS] [PRESET…]` (no preset ids: all).
 
 use std::time::Instant;
 
@@ -60,9 +60,16 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(7);
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a.parse::<usize>().is_err() && !a.starts_with('-'))
+        .collect();
     println!("| preset | requests | engine steps | first point (ms) | re-run median (ms) | min (ms) | simulator alone, median (ms) | live doctor alone, median (ms) | doctor scrapes |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for p in twin_sandbox::presets::presets() {
+        if !only.is_empty() && !only.iter().any(|id| id == p.id) {
+            continue;
+        }
         let (mut full, mut first, mut floor, mut doctor) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut scrapes = 0;

@@ -35,6 +35,7 @@ impl TokenPlan for FillerPlans {
         &mut self,
         h: ReqHandle,
         position: usize,
+        _index: usize,
         min_tokens: usize,
         _rng: &mut SplitMix64,
     ) -> TokenId {

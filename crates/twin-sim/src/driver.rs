@@ -3,9 +3,10 @@
 //! `vllm/v1/metrics/stats.py` computes them (see [`RequestTimes`]).
 
 use twin_cost::{
-    gpu, BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, SeqChunk, ServeConfig, SpecMethod,
+    gpu, BatchShape, CostModel, DecodeGroup, GpuSpec, MemoryPlan, ModelSpec, SeqChunk, ServeConfig,
+    SpecMethod,
 };
-use twin_engine::synthetic::SyntheticModelRunner;
+use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
 use twin_engine::{
     EngineCore, EngineCoreEventType, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy,
 };
@@ -71,6 +72,9 @@ pub struct SimConfig {
     pub kv_cache_metrics_sample: Option<f64>,
     /// `--enable-mfu-metrics`: estimated FLOPs / bytes per GPU from the cost model.
     pub enable_mfu_metrics: bool,
+    /// Let plain decodes coast (`Scheduler::enable_coasting`): the same steps, batches and
+    /// blocks, without visiting every decode every step. Off only to check that claim.
+    pub coast_decodes: bool,
 }
 
 impl SimConfig {
@@ -86,6 +90,7 @@ impl SimConfig {
             seed: 0,
             kv_cache_metrics_sample: None,
             enable_mfu_metrics: false,
+            coast_decodes: true,
         })
     }
 }
@@ -193,6 +198,8 @@ struct EngineSlot {
     batch: BatchShape,
     /// When this engine next takes a step.
     clock_s: f64,
+    /// When the last outputs came out (coasting decodes' previous token).
+    last_out_s: f64,
     gpu_free_s: f64,
     /// End times of batches in flight, oldest first.
     in_flight_end_s: std::collections::VecDeque<f64>,
@@ -219,15 +226,25 @@ pub fn run(
                 .map(|i| s.acceptance(i))
                 .collect();
         }
-        engines.push(EngineSlot {
-            core: EngineCore::new(startup.scheduler.clone()).map_err(|e| SimError::Config {
+        let mut core =
+            EngineCore::new(startup.scheduler.clone()).map_err(|e| SimError::Config {
                 field: e.field.to_string(),
                 message: e.message,
-            })?,
+            })?;
+        let cost = CostModel::from_plan(&cfg.model, &cfg.gpu, &startup.plan)?;
+        // Coasting decodes need the cost model's closed form and the runner's tokens.
+        if cfg.coast_decodes && cost.costs_decode_groups() {
+            if let Some(tokens) = runner.plan.position_keyed() {
+                core.enable_coasting(tokens);
+            }
+        }
+        engines.push(EngineSlot {
+            core,
             runner,
-            cost: CostModel::from_plan(&cfg.model, &cfg.gpu, &startup.plan)?,
+            cost,
             batch: BatchShape::with_capacity(startup.scheduler.max_num_seqs),
             clock_s: 0.0,
+            last_out_s: 0.0,
             gpu_free_s: 0.0,
             in_flight_end_s: Default::default(),
             tracked: Vec::new(),
@@ -297,6 +314,10 @@ pub fn run(
                     slot.decode.resize(h.index() + 1, DecodeState::default());
                 }
                 let keeps_outputs = spec.session.is_some();
+                if keeps_outputs {
+                    // A later turn's prompt is built from every output token.
+                    slot.core.never_coast(h);
+                }
                 slot.decode[h.index()] = DecodeState {
                     tracked: true,
                     keeps_outputs,
@@ -370,11 +391,15 @@ fn step_engine(
                 emits_token: e.samples,
             });
         }
+        batch.set_decode_group(DecodeGroup {
+            count: so.num_coasting as u64,
+            attended_tokens: so.coasting_attended_tokens,
+        });
         if so.total_num_scheduled_tokens > 0 {
             step_cost = Some(cost.step_time_s(batch));
         }
         sample.num_scheduled_tokens = so.total_num_scheduled_tokens;
-        sample.num_scheduled_reqs = so.scheduled.len();
+        sample.num_scheduled_reqs = so.scheduled.len() + so.num_coasting;
         sample.num_preempted = so.preempted.len();
         // A decode is one sampled token plus its drafts; anything wider is prefill work.
         sample.num_prefill_tokens = so
@@ -406,6 +431,17 @@ fn step_engine(
     if report.updated_step.is_some() {
         out_time = slot.in_flight_end_s.pop_front().unwrap_or(t).max(t);
         let outs = slot.core.outputs();
+        // Coasts that ended: their tokens were counted as they came; catch up their state.
+        for &(h, n) in &outs.coast_exits {
+            if let Some(hot) = slot.decode.get_mut(h.index()).filter(|d| d.tracked) {
+                hot.num_generation_tokens += n;
+                hot.last_token_s = slot.last_out_s;
+            }
+        }
+        if outs.num_coasting_tokens > 0 {
+            // Every coasting decode's previous token came with the previous outputs.
+            itl_run = Some((out_time - slot.last_out_s, outs.num_coasting_tokens));
+        }
         for o in &outs.outputs {
             let idx = o.handle.index();
             let Some(hot) = slot.decode.get_mut(idx).filter(|d| d.tracked) else {
@@ -514,8 +550,9 @@ fn step_engine(
             observer.on_inter_tokens(engine, v, n, out_time);
         }
         sample.stats = Some(outs.scheduler_stats.clone());
-        sample.num_outputs = outs.outputs.len();
-        sample.num_generated_tokens = outs.tokens.len();
+        sample.num_outputs = outs.outputs.len() + outs.num_coasting_tokens;
+        sample.num_generated_tokens = outs.tokens.len() + outs.num_coasting_tokens;
+        slot.last_out_s = out_time;
     }
     sample.t_s = out_time;
     observer.on_step(engine, &sample);

@@ -160,6 +160,11 @@ const TWIN_FLAGS: &[(&str, bool, &str)] = &[
         "write the scrapes as OpenMetrics with timestamps",
     ),
     ("--quiet", false, "no progress bar"),
+    (
+        "--no-coast-decodes",
+        false,
+        "visit every decode every step (same results, slower; for checking)",
+    ),
 ];
 
 /// Everything `simulate` was asked to do.
@@ -348,6 +353,7 @@ pub fn parse_simulate_args(
     let mut kv_cache_metrics = false;
     let mut kv_cache_metrics_sample = 0.01;
     let mut enable_mfu_metrics = false;
+    let mut coast_decodes = true;
     // Workload pieces.
     let mut workload_arg: Option<String> = None;
     let mut num_requests: Option<usize> = None;
@@ -479,6 +485,7 @@ pub fn parse_simulate_args(
             "--out" => out_dir = Some(PathBuf::from(v)),
             "--json" => json = true,
             "--quiet" => quiet = true,
+            "--no-coast-decodes" => coast_decodes = false,
             "--slo-ttft-ms" => slo.ttft_s = Some(num::<f64>(f, v)? / 1e3),
             "--slo-tpot-ms" => slo.tpot_s = Some(num::<f64>(f, v)? / 1e3),
             "--slo-e2e-ms" => slo.e2e_s = Some(num::<f64>(f, v)? / 1e3),
@@ -619,6 +626,7 @@ pub fn parse_simulate_args(
         seed,
         kv_cache_metrics_sample: kv_cache_metrics.then_some(kv_cache_metrics_sample),
         enable_mfu_metrics,
+        coast_decodes,
     };
     Ok(SimulateArgs {
         served_model_name: served_model_name.unwrap_or_else(|| model_name.clone()),

@@ -25,15 +25,15 @@ pub fn hash_block(
     lora_name: Option<&str>,
 ) -> BlockHash {
     // One-shot hashing of a stack buffer: far cheaper than streaming token by token.
-    const MAX_INLINE_TOKENS: usize = 256;
-    if tokens.len() <= MAX_INLINE_TOKENS && cache_salt.is_none() && lora_name.is_none() {
-        let mut buf = [0u8; 24 + 4 * MAX_INLINE_TOKENS];
-        buf[..16].copy_from_slice(&parent.to_le_bytes());
-        buf[16..24].copy_from_slice(&(tokens.len() as u64).to_le_bytes());
-        for (i, t) in tokens.iter().enumerate() {
-            buf[24 + 4 * i..28 + 4 * i].copy_from_slice(&t.to_le_bytes());
+    if cache_salt.is_none() && lora_name.is_none() {
+        // Sized for the common block sizes first: zeroing the large buffer costs more
+        // than hashing a 64-token block.
+        if tokens.len() <= 64 {
+            return hash_inline::<{ 24 + 4 * 64 }>(parent, tokens);
         }
-        return xxh3_128(&buf[..24 + 4 * tokens.len()]);
+        if tokens.len() <= 256 {
+            return hash_inline::<{ 24 + 4 * 256 }>(parent, tokens);
+        }
     }
     let mut h = Xxh3::new();
     h.update(&parent.to_le_bytes());
@@ -57,6 +57,22 @@ pub fn hash_block(
         h.update(salt.as_bytes());
     }
     h.digest128()
+}
+
+/// `parent ‖ len ‖ tokens` (little-endian) hashed in one shot from a stack buffer of `N`
+/// bytes (`24 + 4·len ≤ N`).
+#[inline]
+fn hash_inline<const N: usize>(parent: BlockHash, tokens: &[TokenId]) -> BlockHash {
+    let mut buf = [0u8; N];
+    buf[..16].copy_from_slice(&parent.to_le_bytes());
+    buf[16..24].copy_from_slice(&(tokens.len() as u64).to_le_bytes());
+    for (dst, t) in buf[24..24 + 4 * tokens.len()]
+        .chunks_exact_mut(4)
+        .zip(tokens)
+    {
+        dst.copy_from_slice(&t.to_le_bytes());
+    }
+    xxh3_128(&buf[..24 + 4 * tokens.len()])
 }
 
 /// Block hashes are already uniformly distributed: use their low bits directly.

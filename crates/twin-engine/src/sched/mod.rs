@@ -24,6 +24,11 @@ impl ReqHandle {
     pub fn index(self) -> usize {
         self.index as usize
     }
+
+    /// Slot and generation in one number (unique over the scheduler's lifetime).
+    pub fn bits(self) -> u64 {
+        u64::from(self.generation) << 32 | u64::from(self.index)
+    }
 }
 
 /// Requests by handle. vLLM: `Scheduler.requests` (a dict by request id).

@@ -42,7 +42,14 @@ pub struct ScheduledRequest {
 pub struct SchedulerOutput {
     /// The engine step number of this `schedule()` call (set by the engine core).
     pub step: u64,
+    /// The scheduler's own count of `schedule()` calls at this one.
+    pub sched_step: u64,
     pub scheduled: Vec<ScheduledRequest>,
+    /// Coasting decodes in this batch (one token each, not listed in `scheduled`; their
+    /// `num_scheduled_tokens` are in `total_num_scheduled_tokens`).
+    pub num_coasting: usize,
+    /// Sum over the coasting decodes of context + 1 (the keys each one attends to).
+    pub coasting_attended_tokens: u64,
     pub block_ids: Vec<u32>,
     pub spec_token_ids: Vec<TokenId>,
     /// In preemption order (vLLM keeps a set; the oracle records the order).
@@ -56,6 +63,8 @@ pub struct SchedulerOutput {
 impl SchedulerOutput {
     pub fn clear(&mut self) {
         self.scheduled.clear();
+        self.num_coasting = 0;
+        self.coasting_attended_tokens = 0;
         self.block_ids.clear();
         self.spec_token_ids.clear();
         self.preempted.clear();
@@ -133,6 +142,13 @@ pub struct EngineCoreOutput {
 pub struct EngineCoreOutputs {
     pub outputs: Vec<EngineCoreOutput>,
     pub tokens: Vec<TokenId>,
+    /// Coasting decodes that got one token each from this batch, not in `outputs`:
+    /// every one of them also got a token at the previous batch's outputs.
+    pub num_coasting_tokens: usize,
+    /// Requests that stopped coasting since the previous outputs, with how many tokens
+    /// they got while coasting (counted in earlier `num_coasting_tokens`), the last of
+    /// them at the previous outputs. Read these before `outputs`.
+    pub coast_exits: Vec<(ReqHandle, u32)>,
     pub scheduler_stats: SchedulerStats,
     /// Which engine step's batch these outputs belong to.
     pub step: u64,
@@ -142,6 +158,8 @@ impl EngineCoreOutputs {
     pub fn clear(&mut self) {
         self.outputs.clear();
         self.tokens.clear();
+        self.num_coasting_tokens = 0;
+        self.coast_exits.clear();
     }
 
     pub fn new_tokens(&self, out: &EngineCoreOutput) -> &[TokenId] {

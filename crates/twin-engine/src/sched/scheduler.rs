@@ -4,6 +4,18 @@
 //!
 //! `schedule()` reads top to bottom as vLLM's does: the RUNNING pass, then (only if
 //! nothing was preempted) the WAITING pass, then `_update_after_schedule`.
+//!
+//! Coasting (opt-in, [`Scheduler::enable_coasting`]): a running decode whose next steps
+//! are sure to be plain one-token decodes inside the blocks it holds, short of its last
+//! token, is not visited step by step. The RUNNING pass charges it one token of budget
+//! and adds it to the batch's `num_coasting`; its counters, tokens (position-keyed
+//! synthetic ones, the same the runner would sample), block hashes and cached blocks
+//! are brought up to date when the coast ends, before anything reads them (its horizon,
+//! a preemption, the budget running out before it, an abort). What a step schedules,
+//! allocates, preempts and finishes is unchanged; the outputs carry the coasting tokens
+//! as a count. The one deferral is entering a coasting request's newly full blocks into
+//! the prefix cache until its coast ends: nothing else could hit them, their tokens
+//! being its own fresh samples.
 
 use super::output::{
     EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, ScheduledKind, ScheduledRequest,
@@ -18,6 +30,15 @@ use crate::request::{
 };
 use crate::stats::{SchedulerStats, SpecDecodingStats};
 
+/// A running request's coast, aligned with `running`.
+#[derive(Clone, Copy, Debug, Default)]
+struct CoastSlot {
+    /// Last step (of `current_step`) it coasts through; 0: not coasting.
+    until: u64,
+    /// Its context at step t is `ctx_base + t`.
+    ctx_base: i64,
+}
+
 /// vLLM: `Scheduler` (and `AsyncScheduler` when `config.async_scheduling`).
 #[derive(Clone, Debug)]
 pub struct Scheduler {
@@ -27,6 +48,15 @@ pub struct Scheduler {
     requests: RequestSlab,
     waiting: RequestQueue,
     running: Vec<ReqHandle>,
+    running_coast: Vec<CoastSlot>,
+    /// Position-keyed synthetic tokens `(seed, vocab_size)` when coasting is on.
+    coast_tokens: Option<(u64, u32)>,
+    /// `sched_step` of the last batch `update_from_output` applied.
+    last_updated_step: u64,
+    /// Coasts ended while their last coasting batch was in flight: (that batch, request,
+    /// index of the token it samples), applied as ordinary entries with that batch.
+    coast_pending: Vec<(u64, ReqHandle, usize)>,
+    coast_exits: Vec<(ReqHandle, u32)>,
     /// vLLM: `deferred_waiting` (a set; here a flag on the request plus this count).
     num_deferred: usize,
     finished_req_ids: Vec<ReqHandle>,
@@ -80,6 +110,11 @@ impl Scheduler {
             kv,
             requests: RequestSlab::default(),
             running: Vec::new(),
+            running_coast: Vec::new(),
+            coast_tokens: None,
+            last_updated_step: 0,
+            coast_pending: Vec::new(),
+            coast_exits: Vec::new(),
             num_deferred: 0,
             finished_req_ids: Vec::new(),
             current_step: 0,
@@ -96,6 +131,42 @@ impl Scheduler {
 
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
+    }
+
+    /// Let plain decodes coast (module docs), where the configuration allows it: FCFS,
+    /// no speculative decoding, no KV residency sampling, at most two batches in flight.
+    /// `tokens` = the runner's position-keyed tokens (`synthetic::synthetic_token` with
+    /// this seed and vocabulary). Returns whether coasting is on. Outputs then carry
+    /// coasting tokens as counts, so callers that stream every token leave it off.
+    pub fn enable_coasting(&mut self, tokens: (u64, u32)) -> bool {
+        let c = &self.config;
+        let ok = c.policy == SchedulingPolicy::Fcfs
+            && c.num_speculative_tokens == 0
+            && c.num_lookahead_tokens == 0
+            && c.draft_slots == 0
+            && c.kv_cache_metrics_sample.is_none()
+            && c.max_concurrent_batches() <= 2;
+        self.coast_tokens = ok.then_some(tokens);
+        ok
+    }
+
+    /// Keep `h` off coasting (its caller reads every output token as it comes).
+    pub fn never_coast(&mut self, h: ReqHandle) {
+        if let Some(r) = self.requests.get_mut(h) {
+            r.coast_ok = false;
+        }
+    }
+
+    /// Bring every coasting request's state up to date and end the coasts (for callers
+    /// that read requests' counters directly).
+    pub fn end_all_coasts(&mut self) {
+        let last = self.current_step;
+        for i in 0..self.running.len() {
+            let until = self.running_coast[i].until;
+            if until != 0 {
+                self.end_coast(i, until.min(last));
+            }
+        }
     }
 
     pub fn kv_cache_manager(&self) -> &KVCacheManager {
@@ -218,12 +289,33 @@ impl Scheduler {
         let async_scheduling = cfg.async_scheduling;
 
         // ===== RUNNING requests, in list order =====
+        let step = self.current_step;
+        out.sched_step = step;
+        let coasting = self.coast_tokens.is_some();
+        let mut num_coasting = 0usize;
+        let mut coasting_ctx_base: i64 = 0;
         let mut i = 0;
         while i < self.running.len() && token_budget > 0 {
-            let h = self.running[i];
             if input_budget <= draft_slots {
                 break;
             }
+            if coasting {
+                let slot = self.running_coast[i];
+                if slot.until >= step {
+                    // A coasting decode: one token, inside its blocks (its horizon says so).
+                    num_coasting += 1;
+                    coasting_ctx_base += slot.ctx_base;
+                    token_budget -= 1;
+                    input_budget -= 1 + draft_slots;
+                    i += 1;
+                    continue;
+                }
+                if slot.until != 0 {
+                    // The coast is over: bring the request up to date, then take it as usual.
+                    self.end_coast(i, slot.until);
+                }
+            }
+            let h = self.running[i];
             let r = self.requests.req(h);
             let computed = r.num_computed_tokens as i64;
             let placeholders = r.num_output_placeholders as i64;
@@ -280,6 +372,7 @@ impl Scheduler {
                         .position(|&x| x == victim)
                         .expect("victim is running");
                     self.running.remove(idx);
+                    self.running_coast.remove(idx);
                     if idx < i {
                         i -= 1;
                     }
@@ -293,7 +386,14 @@ impl Scheduler {
                         input_budget += e.num_scheduled_tokens as i64 + draft_slots;
                     }
                 } else {
+                    let last = self.running.len() - 1;
+                    let until = self.running_coast[last].until;
+                    if until != 0 {
+                        // Not yet visited this step: it coasted through the previous one.
+                        self.end_coast(last, until.min(step - 1));
+                    }
                     self.running.pop();
+                    self.running_coast.pop();
                 }
                 self.preempt_request(victim, now_s);
                 out.preempted.push(victim);
@@ -338,6 +438,12 @@ impl Scheduler {
                 // `_update_after_schedule` now, while its state is in cache.
                 after_schedule(r, &mut entry, async_scheduling, num_spec_tokens);
                 num_updated += 1;
+                if coasting && n == 1 && entry.samples {
+                    if let Some(slot) = coast_horizon(r, step, max_model_len) {
+                        r.coast_from = step + 1;
+                        self.running_coast[i] = slot;
+                    }
+                }
             }
             debug_assert_eq!(num_running_scheduled, out.scheduled.len());
             out.scheduled.push(entry);
@@ -345,6 +451,19 @@ impl Scheduler {
             token_budget -= n as i64;
             input_budget -= n as i64 + draft_slots;
             i += 1;
+        }
+
+        if coasting {
+            // Coasting requests the pass did not reach were not scheduled this step.
+            for j in i..self.running.len() {
+                let until = self.running_coast[j].until;
+                if until != 0 {
+                    self.end_coast(j, until.min(step - 1));
+                }
+            }
+            out.num_coasting = num_coasting;
+            out.coasting_attended_tokens =
+                (coasting_ctx_base + num_coasting as i64 * (step as i64 + 1)) as u64;
         }
 
         // ===== WAITING requests (only if nothing was preempted this step) =====
@@ -445,6 +564,7 @@ impl Scheduler {
                 self.waiting.pop();
                 self.set_deferred(h, false);
                 self.running.push(h);
+                self.running_coast.push(CoastSlot::default());
                 let r = self.requests.req_mut(h);
                 r.record_event(EngineCoreEventType::Scheduled, now_s);
                 let kind = if r.num_preemptions > 0 {
@@ -486,7 +606,12 @@ impl Scheduler {
             }
         }
 
-        let total: usize = out.scheduled.iter().map(|e| e.num_scheduled_tokens).sum();
+        let total: usize = out
+            .scheduled
+            .iter()
+            .map(|e| e.num_scheduled_tokens)
+            .sum::<usize>()
+            + out.num_coasting;
         assert!(total <= self.config.max_num_scheduled_tokens);
         assert!(token_budget >= 0 && input_budget >= 0);
         assert!(self.running.len() <= self.config.max_num_seqs);
@@ -501,6 +626,49 @@ impl Scheduler {
         std::mem::swap(&mut out.finished_req_ids, &mut self.finished_req_ids);
         self.finished_req_ids.clear();
         self.update_after_schedule(out, num_updated);
+    }
+
+    /// End the coast of `running[i]`, which coasted through step `last` (possibly none of
+    /// it: `last` < its first coasting step): apply the schedule-side effects of each
+    /// coasting step and the outputs of those already applied, then hash and cache its
+    /// new full blocks. A coasting batch still in flight is applied with that batch
+    /// (`coast_pending`). Each step here is what the RUNNING pass and
+    /// `update_from_output`'s one-token path would have done.
+    fn end_coast(&mut self, i: usize, last: u64) {
+        let (seed, vocab) = self.coast_tokens.expect("coasting is on");
+        let slot = std::mem::take(&mut self.running_coast[i]);
+        debug_assert!(slot.until != 0);
+        let h = self.running[i];
+        let async_scheduling = self.config.async_scheduling;
+        let r = self.requests.req_mut(h);
+        let from = r.coast_from as i64;
+        let k_sched = (last as i64 + 1 - from).max(0) as usize;
+        let k_done = ((last.min(self.last_updated_step)) as i64 + 1 - from).max(0) as usize;
+        r.num_computed_tokens += k_sched;
+        r.num_in_flight_tokens += k_sched - k_done;
+        if async_scheduling {
+            r.num_output_placeholders += k_sched - k_done;
+        }
+        for _ in 0..k_done {
+            let index = r.all_token_ids.len();
+            r.all_token_ids
+                .push(crate::synthetic::synthetic_token(seed, h, index, vocab));
+        }
+        r.update_block_hashes();
+        // What the last of the skipped `cache_blocks` calls would have cached: the
+        // update of the last applied batch (async; before it, its schedule-side call
+        // asked no more) or the last step's schedule-side call (sync): the tokens whose
+        // KV is computed by applied batches.
+        let n = (r.num_computed_tokens - r.num_in_flight_tokens).min(r.num_tokens());
+        self.kv.cache_blocks(r, n);
+        for b in (last + 1 - (k_sched - k_done) as u64)..=last {
+            // The token index that batch samples: its context + 1.
+            let index = (slot.ctx_base + b as i64 + 1) as usize;
+            self.coast_pending.push((b, h, index));
+        }
+        if k_done > 0 {
+            self.coast_exits.push((h, k_done as u32));
+        }
     }
 
     /// vLLM: `max(running, key=(priority, arrival_time))` (first maximum wins).
@@ -616,104 +784,159 @@ impl Scheduler {
     ) {
         outputs.clear();
         outputs.step = so.step;
-        let num_spec_tokens = self.config.num_speculative_tokens;
         let mut spec_stats: Option<SpecDecodingStats> = None;
         self.stopped.clear();
+        if self.coast_tokens.is_some() {
+            self.last_updated_step = so.sched_step;
+            std::mem::swap(&mut outputs.coast_exits, &mut self.coast_exits);
+        }
         for (idx, e) in so.scheduled.iter().enumerate() {
-            let h = e.handle;
-            let Some(r) = self.requests.get_mut(h) else {
-                continue;
-            };
-            r.num_in_flight_tokens -= e.num_scheduled_tokens;
-            let generated = mro.sampled(idx);
-            if generated.len() == 1
-                && e.spec_range.is_empty()
-                && r.num_stale_output_tokens == 0
-                && r.status == RequestStatus::Running
-            {
-                // The common case (one sampled token, no drafts, nothing stale): the general
-                // path below, minus the branches that cannot apply.
-                let token_start = outputs.tokens.len();
-                let had_placeholders = r.num_output_placeholders > 0;
-                let stopped = append_one_token(r, generated[0], self.config.max_model_len);
-                outputs.tokens.push(generated[0]);
-                if had_placeholders || num_spec_tokens > 0 {
-                    let n = r.num_computed_tokens - r.num_in_flight_tokens;
-                    self.kv.cache_blocks(r, n);
+            self.update_entry(
+                e,
+                mro.sampled(idx),
+                so.spec_tokens(e),
+                outputs,
+                &mut spec_stats,
+            );
+        }
+        outputs.num_coasting_tokens = so.num_coasting;
+        if !self.coast_pending.is_empty() {
+            let (seed, vocab) = self.coast_tokens.expect("coasting is on");
+            let mut pending = std::mem::take(&mut self.coast_pending);
+            pending.retain(|&(b, h, index)| {
+                if b != so.sched_step {
+                    return true;
                 }
-                let out = engine_core_output(r, h, token_start..token_start + 1, stopped);
-                outputs.outputs.push(out);
-                if stopped {
-                    self.stopped.push(h);
-                    self.free_request(h);
-                }
-                continue;
-            }
-            let mut stale = false;
-            if r.num_stale_output_tokens > 0 {
-                stale = true;
-                r.num_stale_output_tokens -= e.num_scheduled_tokens;
-            }
-            if r.is_finished() || (stale && r.drop_stale_output) {
-                continue;
-            }
-            let spec = so.spec_tokens(e);
-            if !spec.is_empty() && !generated.is_empty() {
-                let num_draft = spec.len();
-                let num_accepted = generated.len() - 1;
-                let num_rejected = num_draft - num_accepted;
-                if !stale {
-                    if r.num_computed_tokens > 0 {
-                        r.num_computed_tokens -= num_rejected;
-                    }
-                    if r.num_output_placeholders > 0 {
-                        r.num_output_placeholders -= num_rejected;
-                    }
-                }
-                spec_stats
-                    .get_or_insert_with(|| SpecDecodingStats::new(num_spec_tokens))
-                    .observe_draft(num_draft, num_accepted);
-            }
-            let status_before = r.status;
-            let token_start = outputs.tokens.len();
-            let mut stopped = false;
-            if !generated.is_empty() {
-                let had_placeholders = r.num_output_placeholders > 0;
-                stopped = update_request_with_output(
-                    r,
-                    generated,
-                    stale,
-                    self.config.max_model_len,
-                    &mut outputs.tokens,
-                );
-                if !stale
-                    && status_before == RequestStatus::Running
-                    && (had_placeholders || num_spec_tokens > 0)
-                {
-                    let n = r.num_computed_tokens - r.num_in_flight_tokens;
-                    self.kv.cache_blocks(r, n);
-                }
-            }
-            let num_new = outputs.tokens.len() - token_start;
-            if num_new == 0 && !stopped {
-                continue;
-            }
-            let out = engine_core_output(r, h, token_start..outputs.tokens.len(), stopped);
-            outputs.outputs.push(out);
-            if stopped {
-                self.stopped.push(h);
-                self.free_request(h);
-            }
+                // This batch's token for a coast that ended while the batch was in flight.
+                outputs.num_coasting_tokens -= 1;
+                let e = ScheduledRequest {
+                    handle: h,
+                    kind: ScheduledKind::Running,
+                    num_scheduled_tokens: 1,
+                    num_computed_tokens: index - 1,
+                    block_range: 0..0,
+                    spec_range: 0..0,
+                    samples: true,
+                };
+                let tok = [crate::synthetic::synthetic_token(seed, h, index, vocab)];
+                self.update_entry(&e, &tok, &[], outputs, &mut spec_stats);
+                false
+            });
+            self.coast_pending = pending;
         }
         if !self.stopped.is_empty() {
             // Still-queued handles of freed requests are the ones to drop.
             let slab = &self.requests;
-            self.running.retain(|&h| slab.get(h).is_some());
+            let mut kept = 0;
+            for j in 0..self.running.len() {
+                if slab.get(self.running[j]).is_some() {
+                    self.running[kept] = self.running[j];
+                    self.running_coast[kept] = self.running_coast[j];
+                    kept += 1;
+                }
+            }
+            self.running.truncate(kept);
+            self.running_coast.truncate(kept);
             for &h in &self.stopped {
                 self.waiting.remove_handle(h);
             }
         }
         outputs.scheduler_stats = self.make_stats(spec_stats);
+    }
+
+    /// One scheduled entry's outputs (`update_from_output`'s loop body).
+    #[inline(always)]
+    fn update_entry(
+        &mut self,
+        e: &ScheduledRequest,
+        generated: &[TokenId],
+        spec: &[TokenId],
+        outputs: &mut EngineCoreOutputs,
+        spec_stats: &mut Option<SpecDecodingStats>,
+    ) {
+        let num_spec_tokens = self.config.num_speculative_tokens;
+        let h = e.handle;
+        let Some(r) = self.requests.get_mut(h) else {
+            return;
+        };
+        r.num_in_flight_tokens -= e.num_scheduled_tokens;
+        if generated.len() == 1
+            && e.spec_range.is_empty()
+            && r.num_stale_output_tokens == 0
+            && r.status == RequestStatus::Running
+        {
+            // The common case (one sampled token, no drafts, nothing stale): the general
+            // path below, minus the branches that cannot apply.
+            let token_start = outputs.tokens.len();
+            let had_placeholders = r.num_output_placeholders > 0;
+            let stopped = append_one_token(r, generated[0], self.config.max_model_len);
+            outputs.tokens.push(generated[0]);
+            if had_placeholders || num_spec_tokens > 0 {
+                let n = r.num_computed_tokens - r.num_in_flight_tokens;
+                self.kv.cache_blocks(r, n);
+            }
+            let out = engine_core_output(r, h, token_start..token_start + 1, stopped);
+            outputs.outputs.push(out);
+            if stopped {
+                self.stopped.push(h);
+                self.free_request(h);
+            }
+            return;
+        }
+        let mut stale = false;
+        if r.num_stale_output_tokens > 0 {
+            stale = true;
+            r.num_stale_output_tokens -= e.num_scheduled_tokens;
+        }
+        if r.is_finished() || (stale && r.drop_stale_output) {
+            return;
+        }
+        if !spec.is_empty() && !generated.is_empty() {
+            let num_draft = spec.len();
+            let num_accepted = generated.len() - 1;
+            let num_rejected = num_draft - num_accepted;
+            if !stale {
+                if r.num_computed_tokens > 0 {
+                    r.num_computed_tokens -= num_rejected;
+                }
+                if r.num_output_placeholders > 0 {
+                    r.num_output_placeholders -= num_rejected;
+                }
+            }
+            spec_stats
+                .get_or_insert_with(|| SpecDecodingStats::new(num_spec_tokens))
+                .observe_draft(num_draft, num_accepted);
+        }
+        let status_before = r.status;
+        let token_start = outputs.tokens.len();
+        let mut stopped = false;
+        if !generated.is_empty() {
+            let had_placeholders = r.num_output_placeholders > 0;
+            stopped = update_request_with_output(
+                r,
+                generated,
+                stale,
+                self.config.max_model_len,
+                &mut outputs.tokens,
+            );
+            if !stale
+                && status_before == RequestStatus::Running
+                && (had_placeholders || num_spec_tokens > 0)
+            {
+                let n = r.num_computed_tokens - r.num_in_flight_tokens;
+                self.kv.cache_blocks(r, n);
+            }
+        }
+        let num_new = outputs.tokens.len() - token_start;
+        if num_new == 0 && !stopped {
+            return;
+        }
+        let out = engine_core_output(r, h, token_start..outputs.tokens.len(), stopped);
+        outputs.outputs.push(out);
+        if stopped {
+            self.stopped.push(h);
+            self.free_request(h);
+        }
     }
 
     /// Abort (or otherwise finish) requests from outside. Returns the handles that were
@@ -734,7 +957,17 @@ impl Scheduler {
         for &h in &valid {
             let r = self.requests.req(h);
             if r.status == RequestStatus::Running {
-                self.running.retain(|&x| x != h);
+                let idx = self
+                    .running
+                    .iter()
+                    .position(|&x| x == h)
+                    .expect("a running request is in running");
+                let until = self.running_coast[idx].until;
+                if until != 0 {
+                    self.end_coast(idx, until.min(self.current_step));
+                }
+                self.running.remove(idx);
+                self.running_coast.remove(idx);
             } else {
                 let key = r.priority_key();
                 self.waiting.remove(h, key);
@@ -876,6 +1109,32 @@ fn engine_core_output(
         max_tokens: r.max_tokens,
         num_preemptions: r.num_preemptions,
     }
+}
+
+/// How long `r`, just scheduled at `step` for a one-token decode, can coast: through the
+/// last step whose decode still fits its blocks, keeps its input position inside
+/// `max_model_len` and is short of the token that stops it (that one is taken step by
+/// step, so its output says so). `None` when it cannot coast at all.
+fn coast_horizon(r: &Request, step: u64, max_model_len: i64) -> Option<CoastSlot> {
+    if !r.coast_ok
+        || r.has_news
+        || r.stops_on_tokens
+        || r.num_stale_output_tokens > 0
+        || r.drop_stale_output
+        || !r.spec_token_ids.is_empty()
+    {
+        return None;
+    }
+    // After this step's update: computed = c. Step step+j samples index c+j.
+    let c = r.num_computed_tokens as i64;
+    let fits = (r.block_ids.len() * r.block_size) as i64 - c;
+    let in_len = max_model_len - c - 2;
+    let before_last = (r.num_prompt_tokens + r.max_tokens) as i64 - 1 - c - 1;
+    let j = fits.min(in_len).min(before_last);
+    (j >= 1).then(|| CoastSlot {
+        until: step + j as u64,
+        ctx_base: c - step as i64 - 1,
+    })
 }
 
 /// One entry of `_update_after_schedule`: commit the scheduled tokens, mark prefill
