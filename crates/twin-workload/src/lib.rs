@@ -131,19 +131,22 @@ fn output_room(max_tokens: usize) -> usize {
 /// Deterministic tokens for a content key: the same key always gives the same tokens.
 pub fn synth_tokens(key: u64, n: usize, out: &mut Vec<u32>) {
     let mut s = mix(key ^ 0x5DEE_CE66_D1CE_4E5B);
-    out.reserve(n);
-    // Two tokens per mixed word (multiply-shift on each half): prompts are most of the
-    // per-request work outside the engine's steps.
+    // Two tokens per mixed word (multiply-shift on each half), written into place: prompts
+    // are most of the per-request work outside the engine's steps.
     let span = u64::from(TOKEN_SPAN);
     let token = |half: u64| TOKEN_LO + ((half * span) >> 32) as u32;
-    for _ in 0..n / 2 {
+    let start = out.len();
+    out.resize(start + n, 0);
+    let mut pairs = out[start..].chunks_exact_mut(2);
+    for pair in &mut pairs {
         s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let z = mix(s);
-        out.extend_from_slice(&[token(z & 0xFFFF_FFFF), token(z >> 32)]);
+        pair[0] = token(z & 0xFFFF_FFFF);
+        pair[1] = token(z >> 32);
     }
-    if n % 2 == 1 {
+    if let [last] = pairs.into_remainder() {
         s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        out.push(token(mix(s) & 0xFFFF_FFFF));
+        *last = token(mix(s) & 0xFFFF_FFFF);
     }
 }
 
@@ -430,6 +433,34 @@ mod tests {
             }),
             sessions: None,
             seed: 3,
+        }
+    }
+
+    #[test]
+    fn synthetic_tokens_are_two_per_mixed_word_appended_in_order() {
+        // The plain statement of what synth_tokens writes, token by token.
+        fn reference(key: u64, n: usize) -> Vec<u32> {
+            let mut s = mix(key ^ 0x5DEE_CE66_D1CE_4E5B);
+            let token = |half: u64| TOKEN_LO + ((half * u64::from(TOKEN_SPAN)) >> 32) as u32;
+            let mut v = Vec::new();
+            while v.len() < n {
+                s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let z = mix(s);
+                v.push(token(z & 0xFFFF_FFFF));
+                if v.len() < n {
+                    v.push(token(z >> 32));
+                }
+            }
+            v
+        }
+        for n in [0, 1, 2, 3, 64, 777] {
+            let mut out = vec![9, 9];
+            synth_tokens(42, n, &mut out);
+            assert_eq!(&out[..2], &[9, 9]);
+            assert_eq!(out[2..], reference(42, n)[..], "n = {n}");
+            assert!(out[2..]
+                .iter()
+                .all(|&t| (TOKEN_LO..TOKEN_LO + TOKEN_SPAN).contains(&t)));
         }
     }
 
