@@ -1,10 +1,11 @@
 //! Steps the engine alone (scheduler + KV cache + synthetic model, no cost model) through
 //! a large random chat-like workload and reports steps/s, scheduled request-steps/s and
-//! scheduled tokens/s. Run: `cargo bench -p twin-engine --bench engine_step [-- N]`.
+//! scheduled tokens/s, visiting every decode every step and with coasting decodes.
+//! Run: `cargo bench -p twin-engine --bench engine_step [-- N]`.
 
 use std::time::Instant;
 
-use twin_engine::synthetic::{SplitMix64, SyntheticModelRunner};
+use twin_engine::synthetic::{SplitMix64, SyntheticModelRunner, TokenPlan};
 use twin_engine::{EngineCore, NewRequest, SamplingParams, SchedulerConfig};
 
 fn main() {
@@ -12,12 +13,14 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(200_000);
-    for async_scheduling in [false, true] {
-        run(num_requests, async_scheduling);
+    for coast in [false, true] {
+        for async_scheduling in [false, true] {
+            run(num_requests, async_scheduling, coast);
+        }
     }
 }
 
-fn run(num_requests: usize, async_scheduling: bool) {
+fn run(num_requests: usize, async_scheduling: bool, coast: bool) {
     // Roughly Llama-3.1-8B on one H100 at vLLM 0.34 defaults (API server tiers).
     let config = SchedulerConfig {
         block_size: 16,
@@ -32,6 +35,13 @@ fn run(num_requests: usize, async_scheduling: bool) {
     };
     let mut core = EngineCore::new(config).expect("valid config");
     let mut runner = SyntheticModelRunner::new(1, 128_000);
+    if coast {
+        let tokens = runner
+            .plan
+            .position_keyed()
+            .expect("random tokens are keyed");
+        assert!(core.enable_coasting(tokens));
+    }
     let mut rng = SplitMix64::new(42);
     let system_prompt: Vec<u32> = (0..256).map(|i| 1000 + i).collect();
     let concurrency = 512;
@@ -70,7 +80,7 @@ fn run(num_requests: usize, async_scheduling: bool) {
             added += 1;
         }
         let report = core.step(&mut runner, steps as f64, |_, so| {
-            req_steps += so.scheduled.len() as u64;
+            req_steps += (so.scheduled.len() + so.num_coasting) as u64;
             tokens += so.total_num_scheduled_tokens as u64;
         });
         if report.updated_step.is_some() {
@@ -85,7 +95,7 @@ fn run(num_requests: usize, async_scheduling: bool) {
     }
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "engine_step async={async_scheduling}: {num_requests} requests, {steps} steps in {secs:.2} s: \
+        "engine_step async={async_scheduling} coast={coast}: {num_requests} requests, {steps} steps in {secs:.2} s: \
          {:.0} steps/s, {:.2} M scheduled request-steps/s, {:.1} M scheduled tokens/s",
         steps as f64 / secs,
         req_steps as f64 / secs / 1e6,
