@@ -2,13 +2,15 @@
 //! 5 virtual minutes (argv → parse → start-up → run → points + findings), for the default
 //! and each preset, plus the simulator alone (no-op observer) as the floor, and the live
 //! doctor alone: its scrapes and analyses over the same run (the recorder states it saw,
-//! captured once, then replayed through `LiveDoctor` and timed).
+//! captured once, then replayed through `LiveDoctor` on one thread and timed; in a re-run
+//! that work is on the doctor's own thread). "First point" is when the sink gets the first
+//! point (`runs::run` hands a point on once the next one exists).
 //! Run: `cargo bench -p twin-sandbox --bench rerun [-- REPEATS] [PRESET…]` (no preset ids: all).
 
 use std::time::Instant;
 
 use twin_metrics::MetricsRecorder;
-use twin_sandbox::findings::{LiveDoctor, DOCTOR_INTERVAL_S};
+use twin_sandbox::findings::{LiveDoctor, ScrapeClock};
 use twin_sandbox::runs::{self, Prepare, Prepared};
 use twin_sandbox::series::SeriesObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample};
@@ -22,18 +24,15 @@ impl Observer for Nop {
     fn on_step(&mut self, _: usize, _: &StepSample) {}
 }
 
-/// The recorder at engine start and at every point where the live doctor scrapes (the
-/// same due-time rule as `LiveDoctor::at`), over the preset's run.
+/// The recorder at engine start and at every point where the live doctor scrapes (its
+/// `ScrapeClock`, as in `runs::run`), over the preset's run.
 fn doctor_inputs(prep: &Prepared) -> (MetricsRecorder, Vec<(f64, MetricsRecorder)>) {
     let metrics = runs::metrics_observer(prep);
     let start = metrics.recorder().clone();
-    let mut due = DOCTOR_INTERVAL_S;
+    let mut clock = ScrapeClock::default();
     let mut states = Vec::new();
     let mut on_point = |p: twin_sandbox::series::Point, rec: &MetricsRecorder| {
-        if p.t + 1e-9 >= due {
-            while due <= p.t + 1e-9 {
-                due += DOCTOR_INTERVAL_S;
-            }
+        if clock.due(p.t) {
             states.push((p.t, rec.clone()));
         }
     };

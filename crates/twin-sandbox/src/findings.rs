@@ -134,12 +134,50 @@ pub fn alerts(recent: &[Point], th: &Thresholds) -> Vec<Finding> {
 pub const DOCTOR_INTERVAL_S: f64 = 15.0;
 pub const DOCTOR_WINDOW_S: f64 = 60.0;
 
+/// When the doctor scrapes: on the [`DOCTOR_INTERVAL_S`] grid after the baseline at 0, at
+/// the first point at or past each grid time (a late point takes the scrape, and grid times
+/// it skipped are not made up).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScrapeClock {
+    next_s: f64,
+}
+
+impl Default for ScrapeClock {
+    fn default() -> Self {
+        ScrapeClock {
+            next_s: DOCTOR_INTERVAL_S,
+        }
+    }
+}
+
+impl ScrapeClock {
+    /// The next grid time a scrape waits for.
+    pub fn next_s(&self) -> f64 {
+        self.next_s
+    }
+
+    /// Whether a point ending at `t_s` takes a scrape; if it does, the clock moves to the
+    /// first grid time after `t_s`.
+    pub fn due(&mut self, t_s: f64) -> bool {
+        if t_s + 1e-9 < self.next_s {
+            return false;
+        }
+        while self.next_s <= t_s + 1e-9 {
+            self.next_s += DOCTOR_INTERVAL_S;
+        }
+        true
+    }
+}
+
 /// The doctor watching the run: scrapes of the twin's recorder over a trailing window,
-/// analysed by `twin_doctor::analyze` after each scrape.
+/// analysed by `twin_doctor::analyze` after each scrape. [`Self::at`] does both on the
+/// caller's thread when the [`ScrapeClock`] says so; `runs::run` instead keeps the clock on
+/// the simulation's thread and hands each due recorder state to [`Self::diagnose`] on a
+/// second thread.
 pub struct LiveDoctor {
     obs: Observation,
     opts: twin_doctor::Options,
-    next_scrape_s: f64,
+    clock: ScrapeClock,
     current: Vec<Finding>,
     /// How a scrape is read: [`MetricsRecorder::scrape`]; tests swap in the text path
     /// (`parse(encode_text())`) to show both give the doctor the same input.
@@ -170,13 +208,13 @@ impl LiveDoctor {
                 ..Default::default()
             },
             opts,
-            next_scrape_s: 0.0,
+            clock: ScrapeClock::default(),
             current: Vec::new(),
             read: MetricsRecorder::scrape,
         }
     }
 
-    /// The doctor's findings as of its latest scrape.
+    /// The doctor's findings as of its latest diagnosis.
     pub fn findings(&self) -> &[Finding] {
         &self.current
     }
@@ -186,19 +224,20 @@ impl LiveDoctor {
     /// since-start averages of a second of traffic.
     pub fn start(&mut self, recorder: &MetricsRecorder) {
         self.scrape(0.0, recorder);
-        self.next_scrape_s = DOCTOR_INTERVAL_S;
+        self.clock = ScrapeClock::default();
     }
 
-    /// Virtual time `t_s` has come and `recorder` holds everything before it: scrape if a
-    /// scrape is due, and re-diagnose.
+    /// Virtual time `t_s` has come and `recorder` holds everything before it: scrape and
+    /// re-diagnose if the clock says a scrape is due.
     pub fn at(&mut self, t_s: f64, recorder: &MetricsRecorder) {
-        if t_s + 1e-9 < self.next_scrape_s {
-            return;
+        if self.clock.due(t_s) {
+            self.diagnose(t_s, recorder);
         }
-        // Scrape times stay on the interval's grid even when a point is late.
-        while self.next_scrape_s <= t_s + 1e-9 {
-            self.next_scrape_s += DOCTOR_INTERVAL_S;
-        }
+    }
+
+    /// Scrape `recorder` as of virtual time `t_s` and diagnose the window, whether or not
+    /// a scrape is due (whoever calls it keeps the [`ScrapeClock`]).
+    pub fn diagnose(&mut self, t_s: f64, recorder: &MetricsRecorder) {
         self.scrape(t_s, recorder);
         let d = twin_doctor::analyze(&self.obs, &self.opts);
         self.current = convert(&d);
@@ -332,7 +371,7 @@ mod tests {
             text.start(metrics.recorder());
             let mut diagnoses = 0;
             let mut on_point = |p: crate::series::Point, rec: &MetricsRecorder| {
-                let due = p.t + 1e-9 >= direct.next_scrape_s;
+                let due = p.t + 1e-9 >= direct.clock.next_s();
                 direct.at(p.t, rec);
                 text.at(p.t, rec);
                 if !due {

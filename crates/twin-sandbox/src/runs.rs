@@ -1,9 +1,11 @@
 //! The bridge to the simulator: controls → vLLM argv → `twin_sim::engine_args` →
 //! `twin_sim::startup` (the memory plan, or vLLM's refusal) → `twin_sim::run` with the
 //! sandbox's [`SeriesObserver`], stopped at the horizon or when cancelled: the observer
-//! answers `should_stop()` (checked by the driver between events) and records why.
+//! answers `should_stop()` (checked by the driver between events) and records why. The
+//! live doctor runs on a second thread, pipelined behind the simulation (see [`run`]).
 
 use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -12,9 +14,10 @@ use twin_sim::engine_args::parse_simulate_args;
 use twin_sim::{SimConfig, SimError, Startup};
 
 use crate::controls::{ControlError, Controls};
+use twin_metrics::MetricsRecorder;
 use twin_sim::metrics_bridge::MetricsObserver;
 
-use crate::findings::{self, Finding, LiveDoctor};
+use crate::findings::{self, Finding, LiveDoctor, ScrapeClock};
 use crate::series::{Point, SeriesObserver, Stop, Totals};
 
 /// Width of one time-series point, virtual seconds.
@@ -221,7 +224,62 @@ pub fn metrics_observer(prep: &Prepared) -> MetricsObserver {
     )
 }
 
+/// The simulation thread's end of the live doctor: the scrape clock, and the channels to
+/// and from the doctor's thread, with at most one scrape in flight.
+struct DoctorPipe {
+    clock: ScrapeClock,
+    /// None once the doctor's thread is gone (it panicked; joining it says why).
+    jobs: Option<mpsc::Sender<(f64, MetricsRecorder)>>,
+    diagnoses: mpsc::Receiver<Vec<Finding>>,
+    in_flight: bool,
+    /// The doctor's findings the points carry now.
+    current: Vec<Finding>,
+}
+
+impl DoctorPipe {
+    /// A point ending at `t_s`, `recorder` holding everything before it: when a scrape is
+    /// due, take the previous scrape's diagnosis (waiting for it if it is not ready) and
+    /// hand this recorder state to the doctor.
+    fn at(&mut self, t_s: f64, recorder: &MetricsRecorder) {
+        if !self.clock.due(t_s) {
+            return;
+        }
+        self.collect();
+        if let Some(jobs) = &self.jobs {
+            // A clone is a few tens of µs; scraping it (~0.2 ms) is the doctor's work.
+            match jobs.send((t_s, recorder.clone())) {
+                Ok(()) => self.in_flight = true,
+                Err(_) => self.jobs = None,
+            }
+        }
+    }
+
+    /// Wait for the diagnosis in flight, if there is one.
+    fn collect(&mut self) {
+        if !std::mem::take(&mut self.in_flight) {
+            return;
+        }
+        match self.diagnoses.recv() {
+            Ok(f) => self.current = f,
+            Err(_) => self.jobs = None,
+        }
+    }
+}
+
 /// Run `prep` to its horizon, calling `sink` with each point and the findings for it.
+///
+/// The live doctor runs on a second thread, pipelined, and what each point carries does not
+/// depend on thread timing. Scrape k is taken at the first point at or past `15k` virtual
+/// seconds ([`ScrapeClock`]; scrape 0 is the baseline as the engine starts): the simulation
+/// thread clones the metrics recorder there and sends it to the doctor's thread, which
+/// scrapes it and runs `twin_doctor::analyze`. The diagnosis of scrape k is attached from
+/// the point that takes scrape k+1 on (the simulation thread waits for it only then, so the
+/// doctor has 15 virtual seconds of simulation to finish it): the doctor's findings lag the
+/// state they describe by one interval, and change only at scrape points. A point goes to
+/// `sink` once the next one exists, so that when the run ends (horizon, drained or error)
+/// the final point can carry the last scrape's diagnosis, waited for; that is also
+/// [`Summary::findings`]. A cancelled run waits for nothing: its last point is not sent
+/// (nobody is listening), and the doctor's thread ends after its analysis in flight.
 pub fn run(
     prep: &Prepared,
     cancel: Option<&AtomicBool>,
@@ -230,52 +288,93 @@ pub fn run(
     let t0 = Instant::now();
     let th = findings::Thresholds::default();
     let metrics = metrics_observer(prep);
-    let mut doctor = LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
-    doctor.start(metrics.recorder());
-    let mut history: Vec<Point> = Vec::with_capacity(prep.controls.duration_s as usize + 2);
-    let mut last_findings: Vec<Finding> = Vec::new();
-    let mut on_point = |p: Point, recorder: &twin_metrics::MetricsRecorder| {
-        doctor.at(p.t, recorder);
-        history.push(p);
-        last_findings = findings::merge(findings::alerts(&history, &th), doctor.findings());
-        sink(history.last().expect("just pushed"), &last_findings);
-    };
-    let mut obs = SeriesObserver::new(
-        BUCKET_S,
-        prep.controls.duration_s,
-        cancel,
-        metrics,
-        &mut on_point,
-    );
-    let result = twin_sim::run(&prep.config, &prep.startup, &mut obs);
-    let (stop, error) = match (result, obs.stop_reason()) {
-        // A cancelled run's last bucket is partial and nobody is waiting for it.
-        (Ok(()), Some(Stop::Cancelled)) => ("cancelled", None),
-        (Ok(()), Some(Stop::Horizon)) => {
-            obs.finish();
-            ("horizon", None)
+    let baseline = metrics.recorder().clone();
+    let (serve_args, max_model_len) = (&prep.doctor_serve_args, prep.plan.max_model_len);
+    std::thread::scope(|scope| {
+        // Both channels live inside the scope: if the simulation panics, unwinding drops
+        // the sender and the doctor's thread ends, so the scope's join cannot hang.
+        let (jobs, inbox) = mpsc::channel::<(f64, MetricsRecorder)>();
+        let (outbox, diagnoses) = mpsc::channel::<Vec<Finding>>();
+        let worker = std::thread::Builder::new()
+            .name("sandbox-doctor".into())
+            .spawn_scoped(scope, move || {
+                let mut doctor = LiveDoctor::new(serve_args, max_model_len);
+                doctor.start(&baseline);
+                for (t_s, recorder) in inbox {
+                    doctor.diagnose(t_s, &recorder);
+                    if outbox.send(doctor.findings().to_vec()).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("spawn the live doctor's thread");
+        let mut pipe = DoctorPipe {
+            clock: ScrapeClock::default(),
+            jobs: Some(jobs),
+            diagnoses,
+            in_flight: false,
+            current: Vec::new(),
+        };
+        let mut history: Vec<Point> = Vec::with_capacity(prep.controls.duration_s as usize + 2);
+        let mut last_findings: Vec<Finding> = Vec::new();
+        let mut on_point = |p: Point, recorder: &MetricsRecorder| {
+            // The previous point is not the last one: it goes out with what it had.
+            if let Some(prev) = history.last() {
+                last_findings = findings::merge(findings::alerts(&history, &th), &pipe.current);
+                sink(prev, &last_findings);
+            }
+            pipe.at(p.t, recorder);
+            history.push(p);
+        };
+        let mut obs = SeriesObserver::new(
+            BUCKET_S,
+            prep.controls.duration_s,
+            cancel,
+            metrics,
+            &mut on_point,
+        );
+        let result = twin_sim::run(&prep.config, &prep.startup, &mut obs);
+        let (stop, error) = match (result, obs.stop_reason()) {
+            // A cancelled run's last bucket is partial and nobody is waiting for it.
+            (Ok(()), Some(Stop::Cancelled)) => ("cancelled", None),
+            (Ok(()), Some(Stop::Horizon)) => {
+                obs.finish();
+                ("horizon", None)
+            }
+            (Ok(()), None) => {
+                obs.finish();
+                ("drained", None)
+            }
+            (Err(e), _) => {
+                obs.finish();
+                ("error", Some(e.to_string()))
+            }
+        };
+        let totals = obs.totals.clone();
+        drop(obs);
+        if stop == "cancelled" {
+            // The held-back point is not sent.
+            history.pop();
+        } else if let Some(last) = history.last() {
+            pipe.collect();
+            last_findings = findings::merge(findings::alerts(&history, &th), &pipe.current);
+            sink(last, &last_findings);
         }
-        (Ok(()), None) => {
-            obs.finish();
-            ("drained", None)
+        drop(pipe);
+        if let Err(panic) = worker.join() {
+            // A bug in the doctor: surface it as the simulator's own panics surface.
+            std::panic::resume_unwind(panic);
         }
-        (Err(e), _) => {
-            obs.finish();
-            ("error", Some(e.to_string()))
+        Summary {
+            stop,
+            error,
+            wall_ms: t0.elapsed().as_secs_f64() * 1e3,
+            sim_s: history.last().map_or(0.0, |p| p.t),
+            points: history.len(),
+            totals,
+            findings: last_findings,
         }
-    };
-    let totals = obs.totals.clone();
-    drop(obs);
-    let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-    Summary {
-        stop,
-        error,
-        wall_ms,
-        sim_s: history.last().map_or(0.0, |p| p.t),
-        points: history.len(),
-        totals,
-        findings: last_findings,
-    }
+    })
 }
 
 /// A whole run, collected (the JSON API, tests and the bench).

@@ -1,12 +1,15 @@
 //! The simulator bridge: the doctor names each preset's playbook branch (and nothing on the
-//! healthy default), the seed's alerts fire at their thresholds, runs stop at the horizon,
+//! healthy default), its findings follow the pipelined rule and do not depend on thread
+//! timing, the seed's alerts fire at their thresholds, runs stop at the horizon,
 //! cancellation stops a run.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use twin_metrics::MetricsRecorder;
 use twin_sandbox::controls::Controls;
-use twin_sandbox::findings::Finding;
+use twin_sandbox::findings::{self, Finding, LiveDoctor, ScrapeClock};
 use twin_sandbox::runs::{self, Prepare, Prepared};
+use twin_sandbox::series::{Point, SeriesObserver};
 
 fn ready(c: &Controls) -> Box<Prepared> {
     match runs::prepare(c).expect("valid controls") {
@@ -87,27 +90,135 @@ fn the_doctor_names_the_capacity_bottleneck_under_preemption() {
     );
 }
 
-#[test]
-fn doctor_findings_change_only_at_its_scrapes() {
-    let p = twin_sandbox::presets::find("ttft-queueing").unwrap();
-    let mut per_point: Vec<(f64, Vec<&'static str>)> = Vec::new();
-    runs::run(&ready(&p.controls), None, &mut |pt, f| {
-        let ids = f.iter().filter(|x| x.source == "doctor").map(|x| x.id);
-        per_point.push((pt.t, ids.collect()));
+/// The doctor's diagnoses over one run of `prep`, on this thread (`LiveDoctor::diagnose`
+/// at each point the `ScrapeClock` picks): `(t of scrape k, findings)` for k ≥ 1.
+fn diagnoses(prep: &Prepared) -> Vec<(f64, Vec<Finding>)> {
+    let metrics = runs::metrics_observer(prep);
+    let mut doctor = LiveDoctor::new(&prep.doctor_serve_args, prep.plan.max_model_len);
+    doctor.start(metrics.recorder());
+    let mut clock = ScrapeClock::default();
+    let mut out = Vec::new();
+    let mut on_point = |p: Point, rec: &MetricsRecorder| {
+        if clock.due(p.t) {
+            doctor.diagnose(p.t, rec);
+            out.push((p.t, doctor.findings().to_vec()));
+        }
+    };
+    let mut obs = SeriesObserver::new(
+        runs::BUCKET_S,
+        prep.controls.duration_s,
+        None,
+        metrics,
+        &mut on_point,
+    );
+    twin_sim::run(&prep.config, &prep.startup, &mut obs).expect("runs");
+    obs.finish();
+    drop(obs);
+    out
+}
+
+/// Every point of a run with its findings, and the summary.
+fn points_and_findings(
+    prep: &Prepared,
+    sink_extra: &mut dyn FnMut(usize),
+) -> (Vec<(Point, Vec<Finding>)>, runs::Summary) {
+    let mut out = Vec::new();
+    let s = runs::run(prep, None, &mut |p, f| {
+        sink_extra(out.len());
+        out.push((p.clone(), f.to_vec()));
     });
-    let step = twin_sandbox::findings::DOCTOR_INTERVAL_S;
-    let mut changes = 0;
-    for w in per_point.windows(2) {
-        if w[0].1 != w[1].1 {
-            changes += 1;
-            let t = w[1].0;
-            assert!(
-                t >= step && (t / step - (t / step).round()).abs() < 1e-9,
-                "the doctor's findings changed at t={t}, between scrapes"
+    (out, s)
+}
+
+/// The documented rule (`runs::run`): the diagnosis of scrape k is attached from the point
+/// that takes scrape k+1 on, and the final point carries the last scrape's diagnosis; so
+/// the doctor's findings change only at scrape points (on the 15 s grid).
+#[test]
+fn doctor_findings_follow_the_pipelined_rule() {
+    for p in twin_sandbox::presets::presets() {
+        let prep = ready(&p.controls);
+        let diag = diagnoses(&prep);
+        let (run, summary) = points_and_findings(&prep, &mut |_| {});
+        assert_eq!(summary.stop, "horizon", "{}", p.id);
+        assert_eq!(run.len(), summary.points, "{}", p.id);
+        assert!(diag.len() >= 20, "{}: {} diagnoses", p.id, diag.len());
+        let doctor_part = |f: &[Finding]| -> Vec<Finding> {
+            f.iter().filter(|x| x.source == "doctor").cloned().collect()
+        };
+        let mut spoke = false;
+        for (i, (pt, f)) in run.iter().enumerate() {
+            let want: &[Finding] = if i + 1 == run.len() {
+                &diag.last().expect("diagnosed").1
+            } else {
+                // The latest k whose successor's scrape point has come.
+                diag.windows(2)
+                    .rev()
+                    .find(|w| w[1].0 <= pt.t)
+                    .map_or(&[], |w| &w[0].1)
+            };
+            assert_eq!(
+                doctor_part(f),
+                findings::merge(Vec::new(), want),
+                "{} at t={}",
+                p.id,
+                pt.t
             );
+            spoke |= !want.is_empty();
+        }
+        assert_eq!(spoke, !p.expect.is_empty(), "{}", p.id);
+        // The summary's findings are the final point's.
+        assert_eq!(summary.findings, run.last().expect("points").1, "{}", p.id);
+        // Changes only on the 15 s grid (the final point, t = 300, is on it too).
+        let step = findings::DOCTOR_INTERVAL_S;
+        for w in run.windows(2) {
+            if doctor_part(&w[0].1) != doctor_part(&w[1].1) {
+                let t = w[1].0.t;
+                assert!(
+                    t >= 2.0 * step && (t / step - (t / step).round()).abs() < 1e-9,
+                    "{}: the doctor's findings changed at t={t}, between scrapes",
+                    p.id
+                );
+            }
         }
     }
-    assert!(changes >= 1, "the doctor never spoke: {per_point:?}");
+}
+
+/// The doctor's thread never decides what a point carries: runs of the same preset give
+/// the same points and findings whether the doctor is slowed down (both cores busy) or
+/// the simulation is (a slow sink).
+#[test]
+fn runs_are_deterministic_whatever_the_threads_timing() {
+    for p in twin_sandbox::presets::presets() {
+        let prep = ready(&p.controls);
+        let (a, sa) = points_and_findings(&prep, &mut |_| {});
+        let busy = AtomicBool::new(true);
+        let (b, sb) = std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while busy.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                });
+            }
+            let r = points_and_findings(&prep, &mut |_| {});
+            busy.store(false, Ordering::Relaxed);
+            r
+        });
+        let (c, sc) = points_and_findings(&prep, &mut |i| {
+            if i % 15 == 14 {
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+        });
+        assert_eq!(a.len(), 300, "{}", p.id);
+        for (other, so) in [(&b, &sb), (&c, &sc)] {
+            assert_eq!(a.len(), other.len(), "{}", p.id);
+            for (x, y) in a.iter().zip(other.iter()) {
+                assert_eq!(x, y, "{} at t={}", p.id, x.0.t);
+            }
+            assert_eq!(sa.findings, so.findings, "{}", p.id);
+            assert_eq!(sa.points, so.points, "{}", p.id);
+        }
+    }
 }
 
 #[test]
@@ -162,7 +273,7 @@ fn cancelling_mid_run_stops_within_a_point() {
     let s = runs::run(&prep, Some(&flag), &mut |_, _| {
         n += 1;
         if n == 10 {
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            flag.store(true, Ordering::Relaxed);
         }
     });
     assert_eq!(s.stop, "cancelled");
