@@ -155,9 +155,6 @@ pub struct Request {
     /// vLLM: `SingleTypeKVCacheManager.num_cached_block`.
     pub(crate) num_cached_block: Option<usize>,
     pub num_preemptions: usize,
-    /// First engine step of the current coast (valid while the scheduler's slot for
-    /// this request says it coasts).
-    pub(crate) coast_from: u64,
     // Cold: read when `has_news`, at a stop, at admission and at preemption.
     pub(crate) events: Vec<EngineCoreEvent>,
     pub(crate) prefill_stats: Option<PrefillStats>,
@@ -186,7 +183,6 @@ impl Request {
         let mut req = Request {
             stops_on_tokens,
             coast_ok: true,
-            coast_from: 0,
             request_id: new.request_id,
             arrival_time_s: new.arrival_time_s,
             priority: new.priority,

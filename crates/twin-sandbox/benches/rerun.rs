@@ -12,7 +12,6 @@ use std::time::Instant;
 use twin_metrics::MetricsRecorder;
 use twin_sandbox::findings::{LiveDoctor, ScrapeClock};
 use twin_sandbox::runs::{self, Prepare, Prepared};
-use twin_sandbox::series::SeriesObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample};
 
 struct Nop;
@@ -36,16 +35,7 @@ fn doctor_inputs(prep: &Prepared) -> (MetricsRecorder, Vec<(f64, MetricsRecorder
             states.push((p.t, rec.clone()));
         }
     };
-    let mut obs = SeriesObserver::new(
-        runs::BUCKET_S,
-        prep.controls.duration_s,
-        None,
-        metrics,
-        &mut on_point,
-    );
-    let _ = twin_sim::run(&prep.config, &prep.startup, &mut obs);
-    obs.finish();
-    drop(obs);
+    let _ = runs::run_points(prep, metrics, &mut on_point);
     (start, states)
 }
 

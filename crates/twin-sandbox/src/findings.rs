@@ -403,16 +403,7 @@ mod tests {
                     }
                 }
             };
-            let mut obs = crate::series::SeriesObserver::new(
-                crate::runs::BUCKET_S,
-                prep.controls.duration_s,
-                None,
-                metrics,
-                &mut on_point,
-            );
-            twin_sim::run(&prep.config, &prep.startup, &mut obs).expect("runs");
-            obs.finish();
-            drop(obs);
+            crate::runs::run_points(&prep, metrics, &mut on_point).expect("runs");
             assert!(diagnoses >= 20, "{}: {diagnoses}", preset.id);
         }
         // Not vacuous: the runs made the doctor name its branches.

@@ -213,6 +213,20 @@ pub struct Summary {
     pub findings: Vec<Finding>,
 }
 
+/// `prep` to its horizon with no doctor, no cancel and nothing collected: `on_point` gets
+/// each point and `metrics`'s recorder as it stands then (tests and the bench watch the
+/// recorder states the live doctor would scrape).
+pub fn run_points(
+    prep: &Prepared,
+    metrics: MetricsObserver,
+    on_point: &mut dyn FnMut(Point, &MetricsRecorder),
+) -> Result<(), SimError> {
+    let mut obs = SeriesObserver::new(BUCKET_S, prep.controls.duration_s, None, metrics, on_point);
+    let result = twin_sim::run(&prep.config, &prep.startup, &mut obs);
+    obs.finish();
+    result
+}
+
 /// The twin's /metrics for a prepared run (what the live doctor scrapes).
 pub fn metrics_observer(prep: &Prepared) -> MetricsObserver {
     MetricsObserver::new(

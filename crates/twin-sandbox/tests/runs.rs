@@ -9,7 +9,7 @@ use twin_metrics::MetricsRecorder;
 use twin_sandbox::controls::Controls;
 use twin_sandbox::findings::{self, Finding, LiveDoctor, ScrapeClock};
 use twin_sandbox::runs::{self, Prepare, Prepared};
-use twin_sandbox::series::{Point, SeriesObserver};
+use twin_sandbox::series::Point;
 
 fn ready(c: &Controls) -> Box<Prepared> {
     match runs::prepare(c).expect("valid controls") {
@@ -104,16 +104,7 @@ fn diagnoses(prep: &Prepared) -> Vec<(f64, Vec<Finding>)> {
             out.push((p.t, doctor.findings().to_vec()));
         }
     };
-    let mut obs = SeriesObserver::new(
-        runs::BUCKET_S,
-        prep.controls.duration_s,
-        None,
-        metrics,
-        &mut on_point,
-    );
-    twin_sim::run(&prep.config, &prep.startup, &mut obs).expect("runs");
-    obs.finish();
-    drop(obs);
+    runs::run_points(prep, metrics, &mut on_point).expect("runs");
     out
 }
 

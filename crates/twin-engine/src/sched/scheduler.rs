@@ -30,7 +30,8 @@ use crate::request::{
 };
 use crate::stats::{SchedulerStats, SpecDecodingStats};
 
-/// A running request's coast, aligned with `running`.
+/// A running request's coast, aligned with `running`. Its `Request` keeps the counters it
+/// had when the coast began, so the coast's first step is `num_computed_tokens - ctx_base`.
 #[derive(Clone, Copy, Debug, Default)]
 struct CoastSlot {
     /// Last step (of `current_step`) it coasts through; 0: not coasting.
@@ -160,13 +161,7 @@ impl Scheduler {
     /// Bring every coasting request's state up to date and end the coasts (for callers
     /// that read requests' counters directly).
     pub fn end_all_coasts(&mut self) {
-        let last = self.current_step;
-        for i in 0..self.running.len() {
-            let until = self.running_coast[i].until;
-            if until != 0 {
-                self.end_coast(i, until.min(last));
-            }
-        }
+        self.end_coasts_from(0, self.current_step);
     }
 
     pub fn kv_cache_manager(&self) -> &KVCacheManager {
@@ -312,7 +307,7 @@ impl Scheduler {
                 }
                 if slot.until != 0 {
                     // The coast is over: bring the request up to date, then take it as usual.
-                    self.end_coast(i, slot.until);
+                    self.end_coast(i, step - 1);
                 }
             }
             let h = self.running[i];
@@ -386,12 +381,8 @@ impl Scheduler {
                         input_budget += e.num_scheduled_tokens as i64 + draft_slots;
                     }
                 } else {
-                    let last = self.running.len() - 1;
-                    let until = self.running_coast[last].until;
-                    if until != 0 {
-                        // Not yet visited this step: it coasted through the previous one.
-                        self.end_coast(last, until.min(step - 1));
-                    }
+                    // Not yet visited this step: a coast ends at the previous one.
+                    self.end_coast(self.running.len() - 1, step - 1);
                     self.running.pop();
                     self.running_coast.pop();
                 }
@@ -440,7 +431,6 @@ impl Scheduler {
                 num_updated += 1;
                 if coasting && n == 1 && entry.samples {
                     if let Some(slot) = coast_horizon(r, step, max_model_len) {
-                        r.coast_from = step + 1;
                         self.running_coast[i] = slot;
                     }
                 }
@@ -455,12 +445,7 @@ impl Scheduler {
 
         if coasting {
             // Coasting requests the pass did not reach were not scheduled this step.
-            for j in i..self.running.len() {
-                let until = self.running_coast[j].until;
-                if until != 0 {
-                    self.end_coast(j, until.min(step - 1));
-                }
-            }
+            self.end_coasts_from(i, step - 1);
             out.num_coasting = num_coasting;
             out.coasting_attended_tokens =
                 (coasting_ctx_base + num_coasting as i64 * (step as i64 + 1)) as u64;
@@ -628,20 +613,30 @@ impl Scheduler {
         self.update_after_schedule(out, num_updated);
     }
 
-    /// End the coast of `running[i]`, which coasted through step `last` (possibly none of
-    /// it: `last` < its first coasting step): apply the schedule-side effects of each
-    /// coasting step and the outputs of those already applied, then hash and cache its
-    /// new full blocks. A coasting batch still in flight is applied with that batch
-    /// (`coast_pending`). Each step here is what the RUNNING pass and
-    /// `update_from_output`'s one-token path would have done.
-    fn end_coast(&mut self, i: usize, last: u64) {
-        let (seed, vocab) = self.coast_tokens.expect("coasting is on");
+    /// [`Self::end_coast`] for every request from `running[j0]` on.
+    fn end_coasts_from(&mut self, j0: usize, charged_through: u64) {
+        for j in j0..self.running.len() {
+            self.end_coast(j, charged_through);
+        }
+    }
+
+    /// End the coast of `running[i]`, if it coasts, the RUNNING passes up to step
+    /// `charged_through` having charged it (those within its horizon; possibly none):
+    /// apply the schedule-side effects of each coasting step and the outputs of those
+    /// already applied, then hash and cache its new full blocks. A coasting batch still
+    /// in flight is applied with that batch (`coast_pending`). Each step here is what the
+    /// RUNNING pass and `update_from_output`'s one-token path would have done.
+    fn end_coast(&mut self, i: usize, charged_through: u64) {
         let slot = std::mem::take(&mut self.running_coast[i]);
-        debug_assert!(slot.until != 0);
+        if slot.until == 0 {
+            return;
+        }
+        let last = slot.until.min(charged_through);
+        let (seed, vocab) = self.coast_tokens.expect("coasting is on");
         let h = self.running[i];
         let async_scheduling = self.config.async_scheduling;
         let r = self.requests.req_mut(h);
-        let from = r.coast_from as i64;
+        let from = r.num_computed_tokens as i64 - slot.ctx_base;
         let k_sched = (last as i64 + 1 - from).max(0) as usize;
         let k_done = ((last.min(self.last_updated_step)) as i64 + 1 - from).max(0) as usize;
         r.num_computed_tokens += k_sched;
@@ -962,10 +957,7 @@ impl Scheduler {
                     .iter()
                     .position(|&x| x == h)
                     .expect("a running request is in running");
-                let until = self.running_coast[idx].until;
-                if until != 0 {
-                    self.end_coast(idx, until.min(self.current_step));
-                }
+                self.end_coast(idx, self.current_step);
                 self.running.remove(idx);
                 self.running_coast.remove(idx);
             } else {
