@@ -23,7 +23,7 @@ fn main() {
                 continue;
             }
         };
-        let col = runs::run_collect(&prep);
+        let col = runs::run_collect(&prep, None);
         let s = &col.summary;
         let pt = |i: usize| {
             let m = &col.points[i.min(col.points.len() - 1)];

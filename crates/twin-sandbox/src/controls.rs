@@ -130,6 +130,12 @@ pub const KV_CACHE_DTYPES: &[&str] = &["auto", "bfloat16", "fp8", "fp8_e4m3", "f
 pub const BLOCK_SIZES: &[u32] = &[0, 8, 16, 32, 64, 128];
 /// Longest run the sandbox accepts, in virtual seconds.
 pub const MAX_DURATION_S: f64 = 3600.0;
+/// Requests one open-loop run may offer (rate × duration × turns). A run past the engine's
+/// capacity keeps what it cannot serve waiting, in memory, so what is offered is what is held.
+pub const MAX_OFFERED_REQUESTS: f64 = 250_000.0;
+/// Prompt tokens one run may offer (open loop) or hold in flight (closed loop): ~1 GiB of
+/// token ids at worst.
+pub const MAX_OFFERED_PROMPT_TOKENS: f64 = 2.5e8;
 
 fn range_f(field: &str, v: f64, lo: f64, hi: f64, lo_open: bool) -> Result<(), ControlError> {
     let ok = v.is_finite() && v <= hi && if lo_open { v > lo } else { v >= lo };
@@ -242,6 +248,50 @@ impl Controls {
             ));
         }
         range_f("duration_s", self.duration_s, 0.0, MAX_DURATION_S, true)?;
+        self.check_offered_load()
+    }
+
+    /// The run's size as a whole (docs/limits.md): each field may be in range while their
+    /// product is not.
+    fn check_offered_load(&self) -> Result<(), ControlError> {
+        let turns = f64::from(self.turns.max(1));
+        let prompt = f64::from(self.prompt_mean);
+        match self.traffic {
+            Traffic::Rate => {
+                let requests = self.rate * self.duration_s * turns;
+                if requests > MAX_OFFERED_REQUESTS {
+                    return Err(ControlError::new(
+                        "rate",
+                        format!(
+                            "rate × duration_s{} offers {requests:.0} requests; a sandbox run takes at most {MAX_OFFERED_REQUESTS:.0}: lower the rate or the duration",
+                            if self.turns > 1 { " × turns" } else { "" }
+                        ),
+                    ));
+                }
+                if requests * prompt > MAX_OFFERED_PROMPT_TOKENS {
+                    return Err(ControlError::new(
+                        "prompt_mean",
+                        format!(
+                            "{requests:.0} requests × {} prompt tokens offer {:.3e} tokens; a sandbox run takes at most {MAX_OFFERED_PROMPT_TOKENS:.1e}: shorten the prompts, lower the rate or the duration",
+                            self.prompt_mean,
+                            requests * prompt
+                        ),
+                    ));
+                }
+            }
+            Traffic::Concurrency => {
+                let in_flight = f64::from(self.concurrency) * prompt;
+                if in_flight > MAX_OFFERED_PROMPT_TOKENS {
+                    return Err(ControlError::new(
+                        "concurrency",
+                        format!(
+                            "{} clients × {} prompt tokens hold {in_flight:.3e} tokens in flight; a sandbox run takes at most {MAX_OFFERED_PROMPT_TOKENS:.1e}",
+                            self.concurrency, self.prompt_mean
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -436,6 +486,19 @@ mod tests {
     fn bad_values_name_the_control() {
         let e = Controls::from_json(r#"{"rate": -1}"#).unwrap_err();
         assert_eq!(e.field, "rate");
+        // In range one by one, too big together (the 9 GB run of issue 17).
+        let e = Controls::from_json(r#"{"rate": 10000, "duration_s": 3600}"#).unwrap_err();
+        assert_eq!(e.field, "rate");
+        assert!(e.message.contains("36000000 requests"), "{}", e.message);
+        let e = Controls::from_json(r#"{"rate": 50, "duration_s": 3600, "prompt_mean": 100000}"#)
+            .unwrap_err();
+        assert_eq!(e.field, "prompt_mean");
+        let e = Controls::from_json(
+            r#"{"traffic": "concurrency", "concurrency": 16384, "prompt_mean": 1000000}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "concurrency");
+        Controls::from_json(r#"{"rate": 60, "duration_s": 3600}"#).unwrap();
         let e = Controls::from_json(r#"{"kv_cache_dtype": "int3"}"#).unwrap_err();
         assert_eq!(e.field, "kv_cache_dtype");
         let e = Controls::from_json(r#"{"bogus": 1}"#).unwrap_err();

@@ -400,10 +400,10 @@ pub struct Collected {
     pub summary: Summary,
 }
 
-pub fn run_collect(prep: &Prepared) -> Collected {
+pub fn run_collect(prep: &Prepared, cancel: Option<&AtomicBool>) -> Collected {
     let mut points = Vec::new();
     let mut seen: Vec<&'static str> = Vec::new();
-    let summary = run(prep, None, &mut |p, f| {
+    let summary = run(prep, cancel, &mut |p, f| {
         points.push(p.clone());
         for x in f {
             if !seen.contains(&x.id) {

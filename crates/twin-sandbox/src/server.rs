@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Serialize;
 use serde_json::{json, Value};
+use twin_http::ConnectionLimits;
 
 use crate::controls::{ControlError, Controls, BLOCK_SIZES, KV_CACHE_DTYPES, MAX_DURATION_S};
 use crate::runs::{self, Prepare, Prepared};
@@ -37,12 +38,44 @@ const CSP: &str = "default-src 'self'; img-src 'self' data:; base-uri 'none'; fo
 #[derive(Default)]
 pub struct AppState {
     runs: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// Whole-run simulations (`POST /api/simulate`) running now, and how many were
+    /// stopped because their client left.
+    simulations: AtomicUsize,
+    simulations_cancelled: AtomicUsize,
 }
 
 impl AppState {
-    /// Number of runs in flight (tests).
+    /// Number of streamed runs in flight (tests).
     pub fn in_flight(&self) -> usize {
         self.runs.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Whole-run simulations running now (tests).
+    pub fn simulations_in_flight(&self) -> usize {
+        self.simulations.load(Ordering::SeqCst)
+    }
+
+    /// Whole-run simulations stopped because the client went away (tests).
+    pub fn simulations_cancelled(&self) -> usize {
+        self.simulations_cancelled.load(Ordering::SeqCst)
+    }
+}
+
+/// The listener's limits for the page's server (twin-http): the page keeps one stream and a
+/// few API calls open, so a small cap is plenty.
+pub const LIMITS: ConnectionLimits = ConnectionLimits {
+    max_connections: 256,
+    header_read_timeout: Duration::from_secs(5),
+    shutdown_grace: Duration::from_secs(2),
+};
+
+/// Stops a run when the request that started it is dropped: hyper drops a handler's future
+/// when its client disconnects, and with it this guard.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -185,12 +218,19 @@ async fn plan(body: String) -> Response {
     }
 }
 
-async fn simulate(body: String) -> Response {
+async fn simulate(State(state): State<Arc<AppState>>, body: String) -> Response {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let _guard = CancelOnDrop(cancel.clone());
     let r = tokio::task::spawn_blocking(move || {
         prepare_body(&body).map(|(c, p)| {
             let mut v = plan_json(&c, &p);
             if let Prepare::Ready(prep) = &p {
-                let run = runs::run_collect(prep);
+                state.simulations.fetch_add(1, Ordering::SeqCst);
+                let run = runs::run_collect(prep, Some(&cancel));
+                if run.summary.stop == "cancelled" {
+                    state.simulations_cancelled.fetch_add(1, Ordering::SeqCst);
+                }
+                state.simulations.fetch_sub(1, Ordering::SeqCst);
                 v["run"] = serde_json::to_value(&run).unwrap_or(Value::Null);
             }
             v
@@ -344,21 +384,33 @@ fn run_blocking(prep: &Prepared, flag: &AtomicBool, tx: &tokio::sync::mpsc::Unbo
 
 /// Serve on `listener` until ctrl-c (or forever when `ctrl_c` is false).
 pub async fn serve(listener: tokio::net::TcpListener, ctrl_c: bool) -> std::io::Result<()> {
-    let app = router(Arc::new(AppState::default()));
-    let server = axum::serve(listener, app);
-    if ctrl_c {
-        server
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-    } else {
-        server.await
-    }
+    serve_with(listener, Arc::new(AppState::default()), ctrl_c).await
+}
+
+async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    ctrl_c: bool,
+) -> std::io::Result<()> {
+    let shutdown = async move {
+        if ctrl_c {
+            let _ = tokio::signal::ctrl_c().await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    twin_http::serve(listener, router(state), LIMITS, shutdown).await
 }
 
 /// Start a server on its own thread and runtime (tests, benches); returns its address.
 pub fn start_in_thread(addr: &str) -> std::io::Result<SocketAddr> {
+    start_with_state(addr).map(|(a, _)| a)
+}
+
+/// `start_in_thread`, also handing back the server's state (tests).
+pub fn start_with_state(addr: &str) -> std::io::Result<(SocketAddr, Arc<AppState>)> {
+    let state = Arc::new(AppState::default());
+    let served = state.clone();
     let std_listener = std::net::TcpListener::bind(addr)?;
     std_listener.set_nonblocking(true)?;
     let local = std_listener.local_addr()?;
@@ -372,8 +424,8 @@ pub fn start_in_thread(addr: &str) -> std::io::Result<SocketAddr> {
                 .expect("tokio runtime");
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
-                let _ = serve(listener, false).await;
+                let _ = serve_with(listener, served, false).await;
             });
         })?;
-    Ok(local)
+    Ok((local, state))
 }

@@ -313,3 +313,54 @@ fn a_new_stream_from_the_same_client_cancels_the_stale_run() {
     );
     assert!(t0.elapsed().as_secs_f64() < 5.0);
 }
+
+#[test]
+fn a_whole_run_stops_when_its_client_leaves() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let (a, state) = twin_sandbox::server::start_with_state("127.0.0.1:0").unwrap();
+    // The largest run the limits allow: seconds of simulation, far longer than the wait below.
+    let body = r#"{"rate": 60, "duration_s": 3600}"#;
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    write!(
+        s,
+        "POST /api/simulate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    while state.simulations_in_flight() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(s); // the client leaves
+    while state.simulations_in_flight() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the run never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        state.simulations_cancelled(),
+        1,
+        "the run went on to its end"
+    );
+}
+
+#[test]
+fn a_run_too_big_for_memory_is_refused_with_the_field_named() {
+    let a = start_sandbox();
+    let r = request(
+        a,
+        "POST",
+        "/api/simulate",
+        Some(r#"{"rate": 10000, "duration_s": 3600}"#),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["error"]["field"], "rate", "{v}");
+}

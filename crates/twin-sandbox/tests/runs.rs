@@ -215,7 +215,7 @@ fn runs_are_deterministic_whatever_the_threads_timing() {
 #[test]
 fn the_preemption_preset_is_critical_at_the_seed_thresholds() {
     let p = twin_sandbox::presets::find("kv-preemption").unwrap();
-    let run = runs::run_collect(&ready(&p.controls));
+    let run = runs::run_collect(&ready(&p.controls), None);
     assert!(
         run.seen_findings.contains(&"kv_critical"),
         "{:?}",
@@ -234,11 +234,14 @@ fn raising_the_rate_moves_the_metrics() {
         duration_s: 60.0,
         ..Controls::default()
     };
-    let a = runs::run_collect(&ready(&base));
-    let b = runs::run_collect(&ready(&Controls {
-        rate: 40.0,
-        ..base.clone()
-    }));
+    let a = runs::run_collect(&ready(&base), None);
+    let b = runs::run_collect(
+        &ready(&Controls {
+            rate: 40.0,
+            ..base.clone()
+        }),
+        None,
+    );
     let mean = |r: &runs::Collected| {
         r.points.iter().map(|p| p.running).sum::<f64>() / r.points.len() as f64
     };
@@ -289,7 +292,7 @@ fn closed_loop_and_multi_turn_runs_stop_at_the_horizon() {
             ..Controls::default()
         },
     ] {
-        let run = runs::run_collect(&ready(&c));
+        let run = runs::run_collect(&ready(&c), None);
         assert_eq!(run.summary.stop, "horizon");
         assert_eq!(run.points.len(), 30);
     }
