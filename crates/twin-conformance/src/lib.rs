@@ -208,6 +208,11 @@ pub fn run_scenario(scn: &Scenario, out: &mut impl Write) -> std::io::Result<Run
                 finals[index_of[h]].num_preemptions += 1;
             }
         });
+        // The test profile (debug assertions on) checks every cross-structure invariant after
+        // every step of every scenario; the shipped binary skips the O(pool) walk.
+        if cfg!(debug_assertions) {
+            core.scheduler().assert_invariants();
+        }
         if let Some(m) = sched_fields {
             num_schedule_calls += 1;
             rec.extend(m);

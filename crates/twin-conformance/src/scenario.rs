@@ -217,6 +217,26 @@ fn expand_generators(scn: &Map<String, Value>) -> Result<Vec<Map<String, Value>>
     Ok(reqs)
 }
 
+/// The longest scenario name (it becomes a file name: `<name>.jsonl`).
+pub const MAX_NAME_BYTES: usize = 200;
+
+/// A scenario's name is the stem of its trace file (`conformance run --out-dir DIR` writes
+/// `DIR/<name>.jsonl`), so it must not leave DIR: no separators, no `..`, no hidden files.
+fn check_name(name: &str) -> Result<String, ScenarioError> {
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    if name.is_empty() || name.len() > MAX_NAME_BYTES || !plain || name.starts_with('.') {
+        return Err(field_err(
+            "name",
+            format!(
+                "{name:?} is not a plain file name: use 1 to {MAX_NAME_BYTES} of A-Z a-z 0-9 _ - . (not starting with .)"
+            ),
+        ));
+    }
+    Ok(name.to_string())
+}
+
 /// Parse a scenario; `source` names the file in errors.
 pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
     let root: Value = serde_json::from_str(text).map_err(|e| ScenarioError::Json {
@@ -228,7 +248,7 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
         .as_object()
         .ok_or_else(|| field_err("<root>", "a scenario is a JSON object"))?;
     let name = match scn.get("name") {
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) => check_name(s)?,
         Some(x) => return Err(field_err("name", format!("expected a string, got {x}"))),
         None => return Err(field_err("name", "missing")),
     };

@@ -71,6 +71,20 @@ fn each_bad_field_is_named() {
         ),
         (r#"{"requests":[]}"#, "name"),
         (r#"[1,2]"#, "<root>"),
+        // The name becomes `<out-dir>/<name>.jsonl`: it must not leave the directory.
+        (r#"{"name":"../../etc/x","requests":[]}"#, "name"),
+        (r#"{"name":"a/b","requests":[]}"#, "name"),
+        (r#"{"name":".hidden","requests":[]}"#, "name"),
+        (r#"{"name":"","requests":[]}"#, "name"),
+        // A budget of 2^64 - 1 once tripped the scheduler's signed budget assertion.
+        (
+            r#"{"name":"x","engine":{"max_num_batched_tokens":18446744073709551615},"requests":[]}"#,
+            "engine.max_num_batched_tokens",
+        ),
+        (
+            r#"{"name":"x","engine":{"max_model_len":18446744073709551615},"requests":[]}"#,
+            "engine.max_model_len",
+        ),
     ];
     for (text, field) in cases {
         let e = err_of(text);

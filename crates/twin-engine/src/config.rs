@@ -4,6 +4,11 @@ use std::fmt;
 
 /// A bound on the pool size (block metadata is ~24 bytes each; 2^27 blocks is ~3 GiB).
 pub const MAX_NUM_GPU_BLOCKS: usize = 1 << 27;
+/// A bound on a step's token budget and on sequence lengths: the scheduler counts budgets in
+/// signed 64-bit arithmetic, and no GPU schedules 2^31 tokens in one step (docs/limits.md).
+pub const MAX_TOKENS: usize = (1 << 31) - 1;
+/// A bound on sequences in one step (per-request state is preallocated for this many).
+pub const MAX_NUM_SEQS: usize = 1 << 20;
 
 /// How the waiting queue is ordered. vLLM: `SchedulingPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,6 +174,19 @@ impl SchedulerConfig {
         }
         if self.max_num_seqs == 0 {
             return err("max_num_seqs", "must be >= 1".into());
+        }
+        for (field, v, limit) in [
+            ("max_num_seqs", self.max_num_seqs, MAX_NUM_SEQS),
+            ("max_num_batched_tokens", self.max_num_batched_tokens, MAX_TOKENS),
+            ("max_model_len", self.max_model_len, MAX_TOKENS),
+            ("block_size", self.block_size, MAX_TOKENS),
+        ] {
+            if v > limit {
+                return err(
+                    field,
+                    format!("{v} is beyond the twin's limit of {limit} (docs/limits.md)"),
+                );
+            }
         }
         if self.max_num_batched_tokens < self.max_num_seqs {
             return err(
