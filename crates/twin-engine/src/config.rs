@@ -177,7 +177,11 @@ impl SchedulerConfig {
         }
         for (field, v, limit) in [
             ("max_num_seqs", self.max_num_seqs, MAX_NUM_SEQS),
-            ("max_num_batched_tokens", self.max_num_batched_tokens, MAX_TOKENS),
+            (
+                "max_num_batched_tokens",
+                self.max_num_batched_tokens,
+                MAX_TOKENS,
+            ),
             ("max_model_len", self.max_model_len, MAX_TOKENS),
             ("block_size", self.block_size, MAX_TOKENS),
         ] {

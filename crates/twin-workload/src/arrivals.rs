@@ -124,6 +124,50 @@ pub struct ArrivalProcess {
 }
 
 impl ArrivalProcess {
+    /// Rates and shapes that give a finite, bounded run of `num_requests` arrivals.
+    pub fn validate(&self, num_requests: usize) -> Result<(), WorkloadError> {
+        let err = |field: &str, message: String| WorkloadError::Spec {
+            field: field.to_string(),
+            message,
+        };
+        if let ArrivalShape::Gamma { burstiness } = self.shape {
+            if !crate::BURSTINESS_RANGE.contains(&burstiness) {
+                return Err(err(
+                    "--burstiness",
+                    format!(
+                        "{burstiness} must be in [{}, {}] (1 = Poisson)",
+                        crate::BURSTINESS_RANGE.start(),
+                        crate::BURSTINESS_RANGE.end()
+                    ),
+                ));
+            }
+        }
+        let field = match self.rate {
+            RateProfile::Constant(_) => "--request-rate",
+            _ => "--rate-profile",
+        };
+        let peak = self.rate.max_rate();
+        if !(peak.is_finite() && peak > 0.0) {
+            return Err(err(
+                field,
+                format!("{peak} req/s: a rate must be finite and > 0"),
+            ));
+        }
+        if let RateProfile::Constant(r) = self.rate {
+            let span_s = num_requests as f64 / r;
+            if span_s > crate::MAX_SPAN_S {
+                return Err(err(
+                    field,
+                    format!(
+                        "{num_requests} requests at {r:.3e} req/s arrive over {span_s:.3e} s, beyond the twin's limit of {} s (7 days; docs/limits.md)",
+                        crate::MAX_SPAN_S
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The next arrival after `t_s`. A zero rate waits for the profile to rise again.
     pub fn next_after(&self, t_s: f64, rng: &mut impl Rng) -> Option<f64> {
         let mut t = t_s;

@@ -75,7 +75,9 @@ impl LengthDist {
             if n == 0 {
                 return Err(bad(field, spec, "a length must be >= 1"));
             }
-            return Ok(LengthDist::Fixed(n));
+            let d = LengthDist::Fixed(n);
+            d.check_bound(field, spec)?;
+            return Ok(d);
         }
         let (kind, body) = spec_t.split_once(':').ok_or_else(|| {
             bad(
@@ -133,7 +135,35 @@ impl LengthDist {
                 ))
             }
         };
+        d.check_bound(field, spec)?;
         Ok(d)
+    }
+
+    /// Lengths (or means) past `MAX_REQUEST_TOKENS` are refused at parse time, before any
+    /// request is built.
+    fn check_bound(&self, field: &str, spec: &str) -> Result<(), WorkloadError> {
+        let largest = match self {
+            LengthDist::Fixed(n) => *n as f64,
+            LengthDist::Uniform { max, .. } => *max as f64,
+            LengthDist::Normal { mean, .. } | LengthDist::LogNormal { mean, .. } => *mean,
+            LengthDist::Empirical { values, .. } => {
+                values.iter().copied().max().unwrap_or(0) as f64
+            }
+        };
+        if matches!(self, LengthDist::Fixed(0)) {
+            return Err(bad(field, spec, "a length must be >= 1"));
+        }
+        if largest > crate::MAX_REQUEST_TOKENS as f64 {
+            return Err(bad(
+                field,
+                spec,
+                format!(
+                    "{largest} tokens is beyond the twin's limit of {} (docs/limits.md)",
+                    crate::MAX_REQUEST_TOKENS
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn parse_empirical(field: &str, spec: &str, body: &str) -> Result<Self, WorkloadError> {
@@ -178,7 +208,8 @@ impl LengthDist {
         Ok(LengthDist::Empirical { values, cumulative })
     }
 
-    /// Draw a length >= 1.
+    /// Draw a length in [1, MAX_REQUEST_TOKENS]: a normal or lognormal tail is truncated
+    /// there, as every real benchmark's length distribution is.
     pub fn sample(&self, rng: &mut impl Rng) -> usize {
         let x = match self {
             LengthDist::Fixed(n) => return *n,
@@ -196,7 +227,7 @@ impl LengthDist {
                 return values[i];
             }
         };
-        x.round().max(1.0) as usize
+        x.round().clamp(1.0, crate::MAX_REQUEST_TOKENS as f64) as usize
     }
 
     /// The distribution's mean (for sizing and reports).

@@ -21,6 +21,18 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 pub use arrivals::{ArrivalProcess, ArrivalShape, RateProfile};
+
+/// The longest prompt or output one request may ask for (docs/limits.md): longer than any
+/// model's context today, and small enough that a request's token ids (4 bytes each) are
+/// allocated only after this check.
+pub const MAX_REQUEST_TOKENS: usize = 1 << 24;
+/// The longest span of arrivals a workload may cover, in virtual seconds: seven days. The
+/// report keeps a row per virtual second; a rate of 1e-300 req/s or a trace with far-apart
+/// timestamps would otherwise ask for 10^300 of them.
+pub const MAX_SPAN_S: f64 = 7.0 * 86_400.0;
+/// Gamma burstiness (shape) the arrival process accepts: outside it the gaps are all but
+/// zero with rare astronomic ones, which no benchmark means.
+pub const BURSTINESS_RANGE: std::ops::RangeInclusive<f64> = 1e-3..=1e3;
 pub use lengths::LengthDist;
 pub use trace::{parse_trace, TraceContent, TraceFormat, TraceRecord};
 
@@ -74,6 +86,48 @@ pub struct WorkloadSpec {
     pub shared_prefix: Option<SharedPrefix>,
     pub sessions: Option<Sessions>,
     pub seed: u64,
+}
+
+fn spec_err(field: &str, message: String) -> WorkloadError {
+    WorkloadError::Spec {
+        field: field.to_string(),
+        message,
+    }
+}
+
+impl WorkloadSpec {
+    /// Every bound a workload must respect before anything is generated (docs/limits.md).
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        if let Some(sp) = &self.shared_prefix {
+            if sp.num_groups == 0 || !(0.0..=1.0).contains(&sp.share) {
+                return Err(spec_err(
+                    "--shared-prefix",
+                    "need at least one group and a share in [0, 1]".into(),
+                ));
+            }
+            if sp.prefix_len > MAX_REQUEST_TOKENS {
+                return Err(spec_err(
+                    "--shared-prefix",
+                    format!(
+                        "len={} is beyond the twin's limit of {MAX_REQUEST_TOKENS} tokens",
+                        sp.prefix_len
+                    ),
+                ));
+            }
+        }
+        if let Some(s) = &self.sessions {
+            if !(s.think_time_s.is_finite() && (0.0..=MAX_SPAN_S).contains(&s.think_time_s)) {
+                return Err(spec_err(
+                    "--think-time",
+                    format!("{} s must be in [0, {MAX_SPAN_S}] s", s.think_time_s),
+                ));
+            }
+        }
+        if let Arrivals::Open(p) = &self.arrivals {
+            p.validate(self.num_requests)?;
+        }
+        Ok(())
+    }
 }
 
 /// One request to submit.
@@ -172,14 +226,7 @@ pub struct Workload {
 
 impl Workload {
     pub fn new(spec: WorkloadSpec) -> Result<Self, WorkloadError> {
-        if let Some(sp) = &spec.shared_prefix {
-            if sp.num_groups == 0 || !(0.0..=1.0).contains(&sp.share) {
-                return Err(WorkloadError::Spec {
-                    field: "--shared-prefix".into(),
-                    message: "need at least one group and a share in [0, 1]".into(),
-                });
-            }
-        }
+        spec.validate()?;
         let group_tokens = spec
             .shared_prefix
             .as_ref()

@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use crate::WorkloadError;
+use crate::{WorkloadError, MAX_REQUEST_TOKENS, MAX_SPAN_S};
 
 /// Block size of Mooncake's `hash_ids`.
 pub const MOONCAKE_BLOCK_TOKENS: usize = 512;
@@ -96,6 +96,7 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Vec<TraceRecord>, WorkloadE
         )
     })?;
     let mut out = Vec::new();
+    let mut lines = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let lineno = i + 1;
         if raw.len() > MAX_LINE_BYTES {
@@ -125,7 +126,18 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Vec<TraceRecord>, WorkloadE
             TraceFormat::BurstGpt => Some(burstgpt(line).map_err(|m| line_err(file, lineno, m))?),
         };
         if let Some(r) = rec {
+            if !(r.arrival_time_s.is_finite() && r.arrival_time_s >= 0.0) {
+                return Err(line_err(
+                    file,
+                    lineno,
+                    format!(
+                        "the arrival time must be a finite non-negative number, got {}",
+                        r.arrival_time_s
+                    ),
+                ));
+            }
             out.push(r);
+            lines.push(lineno);
         }
     }
     if out.is_empty() {
@@ -135,8 +147,18 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Vec<TraceRecord>, WorkloadE
         .iter()
         .map(|r| r.arrival_time_s)
         .fold(f64::INFINITY, f64::min);
-    for r in &mut out {
+    for (r, lineno) in out.iter_mut().zip(&lines) {
         r.arrival_time_s -= t0;
+        if r.arrival_time_s > MAX_SPAN_S {
+            return Err(line_err(
+                file,
+                *lineno,
+                format!(
+                    "arrives {:.3e} s after the first request, beyond the twin's limit of {MAX_SPAN_S} s (7 days; docs/limits.md): cut the trace",
+                    r.arrival_time_s
+                ),
+            ));
+        }
     }
     // Stable: equal times keep file order.
     out.sort_by(|a, b| a.arrival_time_s.total_cmp(&b.arrival_time_s));
@@ -157,6 +179,17 @@ fn field_u64(v: &Value, key: &str) -> Result<u64, String> {
     }
 }
 
+/// A token count: a non-negative integer no larger than `MAX_REQUEST_TOKENS`.
+fn field_len(v: &Value, key: &str) -> Result<usize, String> {
+    let n = field_u64(v, key)?;
+    if n > MAX_REQUEST_TOKENS as u64 {
+        return Err(format!(
+            "field {key:?} is {n} tokens, beyond the twin's limit of {MAX_REQUEST_TOKENS}"
+        ));
+    }
+    Ok(n as usize)
+}
+
 fn field_f64(v: &Value, key: &str) -> Result<f64, String> {
     match v.get(key).and_then(Value::as_f64) {
         Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
@@ -170,7 +203,7 @@ fn field_f64(v: &Value, key: &str) -> Result<f64, String> {
 fn native(line: &str) -> Result<TraceRecord, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| format!("invalid JSON: {e}"))?;
     let arrival_time_s = field_f64(&v, "arrival_time_s")?;
-    let output_len = field_u64(&v, "output_len")? as usize;
+    let output_len = field_len(&v, "output_len")?;
     let (input_len, content) = if let Some(toks) = v.get("prompt_token_ids") {
         let arr = toks
             .as_array()
@@ -186,7 +219,7 @@ fn native(line: &str) -> Result<TraceRecord, String> {
             .ok_or("field \"prompt_token_ids\" must hold token ids")?;
         (toks.len(), TraceContent::Tokens(toks))
     } else {
-        let n = field_u64(&v, "prompt_len")? as usize;
+        let n = field_len(&v, "prompt_len")?;
         match v.get("prefix_group") {
             None | Some(Value::Null) => (n, TraceContent::Unique),
             Some(g) => {
@@ -194,7 +227,7 @@ fn native(line: &str) -> Result<TraceRecord, String> {
                     .as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| g.to_string());
-                let prefix_len = field_u64(&v, "prefix_len")? as usize;
+                let prefix_len = field_len(&v, "prefix_len")?;
                 if prefix_len > n {
                     return Err(format!("prefix_len {prefix_len} > prompt_len {n}"));
                 }
@@ -216,8 +249,8 @@ fn native(line: &str) -> Result<TraceRecord, String> {
 fn mooncake(line: &str) -> Result<TraceRecord, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| format!("invalid JSON: {e}"))?;
     let ts_ms = field_f64(&v, "timestamp")?;
-    let input_len = field_u64(&v, "input_length")? as usize;
-    let output_len = (field_u64(&v, "output_length")? as usize).max(1);
+    let input_len = field_len(&v, "input_length")?;
+    let output_len = field_len(&v, "output_length")?.max(1);
     let ids = v
         .get("hash_ids")
         .and_then(Value::as_array)
@@ -289,9 +322,23 @@ fn csv_usize(cols: &[&str], i: usize, name: &str) -> Result<usize, String> {
         .get(i)
         .ok_or_else(|| format!("missing column {name:?}"))?
         .trim();
-    c.parse::<usize>()
-        .or_else(|_| c.parse::<f64>().map(|f| f as usize).map_err(|_| ()))
-        .map_err(|_| format!("column {name:?} is not a token count: {c:?}"))
+    // Some exports write counts as floats ("812.0"): accepted when they are whole numbers.
+    let n = c
+        .parse::<u64>()
+        .ok()
+        .or_else(|| {
+            c.parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite() && *f >= 0.0 && f.fract() == 0.0 && *f < 1e19)
+                .map(|f| f as u64)
+        })
+        .ok_or_else(|| format!("column {name:?} is not a non-negative token count: {c:?}"))?;
+    if n > MAX_REQUEST_TOKENS as u64 {
+        return Err(format!(
+            "column {name:?} is {n} tokens, beyond the twin's limit of {MAX_REQUEST_TOKENS}"
+        ));
+    }
+    Ok(n as usize)
 }
 
 fn azure(line: &str) -> Result<TraceRecord, String> {
