@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Fuzz every target from seeds made of the project's real inputs.
+#
+#   fuzz/run.sh [RUNS_PER_TARGET] [TARGET...]     e.g. fuzz/run.sh 10000000
+#
+# Seeds: the oracle scenarios (tests/fixtures/oracle), the real traces, scrapes and golden
+# expositions in ../shared (when present), and the config.json files in fuzz/seeds. cargo-fuzz
+# needs nightly flags; stable rustc takes them with RUSTC_BOOTSTRAP=1 (no sanitizer: panics,
+# aborts, timeouts and out-of-memory are what we look for). Each run prints libFuzzer's
+# final "Done N runs in S second(s)" line. Crashes land in fuzz/artifacts/TARGET/.
+set -euo pipefail
+cd "$(dirname "$0")"
+runs=${1:-100000}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(trace_reader scenario_reader metrics_parser hf_config_reader)
+shared=../../shared
+
+seed() { # seed TARGET FILE [MAX_LINES]
+  local dir=corpus/$1
+  mkdir -p "$dir"
+  [ -f "$2" ] || return 0
+  if [ -n "${3:-}" ]; then head -n "$3" "$2" > "$dir/$(basename "$2")"; else cp "$2" "$dir/"; fi
+}
+for f in "$shared"/traces/*.csv "$shared"/traces/*.jsonl; do seed trace_reader "$f" 40; done
+for f in ../tests/fixtures/oracle/scenarios/*.json; do seed scenario_reader "$f"; done
+for f in "$shared"/reference/scrapes/*.prom "$shared"/reference/golden/*.prom "$shared"/reference/golden/*.openmetrics; do
+  seed metrics_parser "$f" 300
+done
+for f in seeds/hf_config_reader/*.json; do seed hf_config_reader "$f"; done
+
+export RUSTC_BOOTSTRAP=1
+for t in "${targets[@]}"; do
+  mkdir -p corpus/"$t"
+  echo "== $t: $runs runs"
+  max_len=65536
+  # Expositions are long; past a few KB a mutation explores nothing the parser has not seen.
+  [ "$t" = metrics_parser ] && max_len=8192
+  cargo fuzz run --sanitizer none -O "$t" corpus/"$t" -- \
+    -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 2>&1 |
+    grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==|INFO: Seed)|panicked|ERROR|SUMMARY|Test unit written" || true
+done
