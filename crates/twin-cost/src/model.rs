@@ -596,20 +596,47 @@ pub fn lookup(name: &str) -> Result<ModelSpec, CostError> {
 // Hugging Face config.json
 // ---------------------------------------------------------------------------------------------
 
+/// The largest value the twin reads for a config.json integer (docs/limits.md). Each is far
+/// past any published model, and together they keep every parameter, byte and FLOP count the
+/// cost model multiplies out (layers × experts × hidden × intermediate × bytes, max length ×
+/// KV bytes per token) inside 64 bits.
+fn config_field_limit(field: &str) -> u64 {
+    match field {
+        "num_hidden_layers" | "first_k_dense_replace" | "num_nextn_predict_layers" => 1 << 10,
+        "num_local_experts" | "n_routed_experts" | "num_experts" | "n_shared_experts" => 1 << 10,
+        "num_experts_per_tok" | "experts_per_token" | "num_experts_per_token" => 1 << 10,
+        "num_attention_heads" | "num_key_value_heads" | "head_dim" => 1 << 12,
+        "hidden_size" => 1 << 17,
+        "vocab_size" => 1 << 22,
+        "max_position_embeddings" | "sliding_window" => 1 << 24,
+        _ => 1 << 20,
+    }
+}
+
 fn get_u64(cfg: &Value, field: &str) -> Result<Option<u64>, CostError> {
-    match cfg.get(field) {
-        None | Some(Value::Null) => Ok(None),
+    let n = match cfg.get(field) {
+        None | Some(Value::Null) => return Ok(None),
         Some(v) => match v.as_u64() {
-            Some(n) => Ok(Some(n)),
+            Some(n) => n,
             None => match v.as_f64() {
-                Some(f) if f >= 0.0 && f.fract() == 0.0 => Ok(Some(f as u64)),
-                _ => Err(CostError::invalid(
-                    field,
-                    format!("expected a non-negative integer, got {v}"),
-                )),
+                Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 1.8e19 => f as u64,
+                _ => {
+                    return Err(CostError::invalid(
+                        field,
+                        format!("expected a non-negative integer, got {v}"),
+                    ))
+                }
             },
         },
+    };
+    let limit = config_field_limit(field);
+    if n > limit {
+        return Err(CostError::invalid(
+            field,
+            format!("{n} is beyond the twin's limit of {limit} for this field (docs/limits.md)"),
+        ));
     }
+    Ok(Some(n))
 }
 
 fn req_u64(cfg: &Value, field: &str) -> Result<u64, CostError> {

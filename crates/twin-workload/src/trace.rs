@@ -305,6 +305,7 @@ fn parse_datetime(s: &str) -> Result<f64, String> {
         .collect::<Result<_, _>>()?;
     if d.len() != 3
         || t.len() != 3
+        || !(1..=9999).contains(&d[0])
         || !(1..=12).contains(&d[1])
         || !(1..=31).contains(&d[2])
         || t[0] > 23

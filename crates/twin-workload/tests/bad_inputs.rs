@@ -30,6 +30,8 @@ fn bad_trace_values_name_the_line() {
                 .to_string(),
             "line 2",
         ),
+        // Found by fuzz/trace_reader: a 13-digit year overflowed the seconds count.
+        (format!("{azure}9999997992023-11-16 18:17:04.0319600,3180,8\n"), "line 2"),
         // Negative, infinite, fractional and huge token counts.
         (format!("{azure}2023-11-16 18:15:46.6,-5,10\n"), "ContextTokens"),
         (format!("{vidur}0,0,inf,10\n"), "num_prefill_tokens"),
