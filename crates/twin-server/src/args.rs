@@ -182,3 +182,68 @@ fn serve_config(
     }
     Ok(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<ServeConfig, String> {
+        let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        parse_serve_args(&argv)
+    }
+
+    #[test]
+    fn the_command_is_well_formed() {
+        serve_command().debug_assert();
+        for dest in SERVE_VLLM_FLAGS {
+            assert!(vllm_flags::table().get(dest).is_some(), "{dest}");
+        }
+    }
+
+    #[test]
+    fn vllm_frontend_flags_keep_vllms_defaults_and_spellings() {
+        let c = parse("").unwrap();
+        assert_eq!(c.port, 8000);
+        assert_eq!(c.response_role, "assistant");
+        assert_eq!(c.host, "127.0.0.1");
+        assert!(!c.enable_force_include_usage && !c.echo);
+        let c = parse(
+            "--port=8001 --host 0.0.0.0 --api_key k1 k2 --enable-force-include-usage \
+             --max-num-queued-tokens 8k --uvicorn-log-level info --time-scale 0.5 --echo",
+        )
+        .unwrap();
+        assert_eq!((c.port, c.host.as_str()), (8001, "0.0.0.0"));
+        assert_eq!(c.api_keys, ["k1", "k2"]);
+        assert!(c.enable_force_include_usage && c.echo);
+        assert_eq!(c.max_num_queued_tokens, Some(8000));
+        assert_eq!(c.time_scale, 0.5);
+        // The frontend's flags are modelled here, so only the truly unmodelled one is noted.
+        assert_eq!(c.sim.notes.len(), 1, "{:?}", c.sim.notes);
+        assert!(c.sim.notes[0].starts_with("--uvicorn-log-level"));
+        assert!(
+            !parse("--enable-force-include-usage --disable-force-include-usage")
+                .unwrap()
+                .enable_force_include_usage
+        );
+    }
+
+    #[test]
+    fn bad_values_and_typos_name_the_flag() {
+        for (line, flag) in [
+            ("--echo=maybe", "--echo:"),
+            (
+                "--enable-prompt-tokens-details=yes",
+                "--enable-prompt-tokens-details:",
+            ),
+            ("--port http", "--port:"),
+            ("--time-scale 0", "--time-scale:"),
+            ("--fail-rate 2", "--fail-rate:"),
+            ("--max-num-queued-reqs -1", "--max-num-queued-reqs:"),
+        ] {
+            let e = parse(line).unwrap_err();
+            assert!(e.starts_with(flag), "{line}: {e}");
+        }
+        let e = parse("--time-scal 2").unwrap_err();
+        assert!(e.contains("did you mean --time-scale"), "{e}");
+    }
+}

@@ -452,3 +452,49 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchArgs, String> {
         timeout_s: cli.timeout,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<BenchArgs, String> {
+        let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        parse_bench_args(&argv)
+    }
+
+    #[test]
+    fn vllm_bench_serve_spellings_are_accepted() {
+        let a = parse(
+            "127.0.0.1:8000/ --max_concurrency 0 --num-prompts 7 --random-input-len=64 \
+             --random-output-len 0 --endpoint /v1/chat/completions --json",
+        )
+        .unwrap();
+        assert_eq!(a.url, "http://127.0.0.1:8000");
+        assert_eq!((a.concurrency, a.num_requests), (1, 7));
+        assert_eq!((a.input_len, a.output_len), (64, 1));
+        assert!(a.chat && a.json);
+        let d = parse("http://h:1").unwrap();
+        assert_eq!(
+            (d.concurrency, d.num_requests, d.timeout_s),
+            (1, 100, 600.0)
+        );
+        assert!(!d.chat && !d.json);
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        let e = parse("http://h:1 --concurency 4").unwrap_err();
+        assert!(e.contains("did you mean --concurrency"), "{e}");
+        let e = parse("http://h:1 --num-requests many").unwrap_err();
+        assert!(e.starts_with("--num-requests:"), "{e}");
+        let e = parse("http://h:1 --json=maybe").unwrap_err();
+        assert!(e.contains("--json"), "{e}");
+        assert!(parse("--json").unwrap_err().contains("URL: missing"));
+        assert!(parse("http://a http://b")
+            .unwrap_err()
+            .contains("more than one URL"));
+        assert!(parse("http://h:1 --timeout 0")
+            .unwrap_err()
+            .contains("--timeout"));
+    }
+}
