@@ -185,6 +185,11 @@ def main():
 
     if vllm.__version__ != "0.34.0":
         sys.exit(f"need vllm 0.34.0, found {vllm.__version__}")
+    import vllm.engine.arg_utils as arg_utils
+
+    # vLLM reads the config classes' attribute docstrings (the flags' help) only when `--help`
+    # is on its command line; ask for them.
+    arg_utils.NEEDS_HELP = True
     parser = make_arg_parser(FlexibleArgumentParser(description="vllm serve"))
     ranges = field_ranges()
     rows = {}

@@ -454,6 +454,7 @@ pub fn bool_arg(arg: Arg) -> Arg {
         .default_missing_value("true")
         .action(ArgAction::Set)
         .value_name("true|false")
+        .hide_possible_values(true)
         .value_parser(
             PossibleValuesParser::new([PossibleValue::new("true"), PossibleValue::new("false")])
                 .map(|s| s.eq_ignore_ascii_case("true")),
