@@ -424,11 +424,6 @@ pub fn scheduler_knobs(v: &VllmValues<'_>) -> Result<crate::driver::SchedulerKno
             )
         })
     };
-    fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, SimError> {
-        v.trim()
-            .parse()
-            .map_err(|_| cfg_err(flag, format!("{v:?} is not a valid number")))
-    }
     let n = |dest: &str| -> Result<usize, SimError> { num(t.flag(dest).name(), &req(dest)?) };
     let x = |dest: &str| -> Result<f64, SimError> { num(t.flag(dest).name(), &req(dest)?) };
     Ok(crate::driver::SchedulerKnobs {
@@ -514,13 +509,8 @@ pub fn simulate_from_matches(
     }
     let gpu_name = twin("gpu").unwrap_or("h100-sxm").to_string();
 
-    // Numbers were checked against vLLM's type and range by the parser; these conversions only
-    // fail for values vLLM would take but the twin's types cannot hold.
-    fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, SimError> {
-        v.trim()
-            .parse()
-            .map_err(|_| cfg_err(flag, format!("{v:?} is not a valid number")))
-    }
+    // Numbers were checked against vLLM's type and range by the parser; the conversions below
+    // only fail for values vLLM would take but the twin's types cannot hold.
     let req = |dest: &str| -> Result<String, SimError> {
         v.str(dest).ok_or_else(|| {
             cfg_err(
