@@ -980,6 +980,17 @@ mod tests {
                 "{line}: {e}"
             );
         }
+        // Dotted keys belong to vLLM's JSON flags only.
+        let e = err("--max-num-seqs.x 3");
+        assert!(e.starts_with("--max-num-seqs.x: unknown flag"), "{e}");
+        assert_eq!(
+            parse("--max-model-len -1")
+                .unwrap()
+                .config
+                .serve
+                .max_model_len,
+            MaxModelLen::Auto
+        );
         let a = parse("--max-num-batched-tokens 8k --max-model-len 32K").unwrap();
         assert_eq!(a.config.serve.max_num_batched_tokens, Some(8000));
         assert_eq!(a.config.serve.max_model_len, MaxModelLen::Tokens(32768));

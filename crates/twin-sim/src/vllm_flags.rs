@@ -493,7 +493,7 @@ pub fn normalize_argv(args: &[String]) -> Vec<String> {
                 None => (key, None),
             };
             let mut name = format!("--{}", base.replace('_', "-"));
-            if dotted.is_some() && t.by_option(&name).is_none() {
+            if dotted.is_some() && t.by_option(&name).is_none_or(|f| f.ty != "json") {
                 // Not a vLLM JSON flag: leave it whole so the error names what was typed.
                 name = format!("--{}", key.replace('_', "-"));
             }
