@@ -78,10 +78,18 @@ pub struct SchedulerConfig {
 }
 
 impl Default for SchedulerConfig {
-    /// The oracle harness's defaults (`vllm_sched_oracle.py ENGINE_DEFAULTS`).
+    /// vLLM 0.34's defaults, as `vllm serve` resolves them for a generative model before the
+    /// platform, the usage context and the memory profile adjust them: the argparse defaults
+    /// and the config classes' `DEFAULT_*` constants of vLLM's flag table
+    /// (`crates/twin-sim/data/vllm_serve_flags.tsv`, generated from vLLM; twin-sim's tests check
+    /// every field against it). Prefix caching, chunked prefill and async scheduling default to
+    /// None there, which vLLM turns on for generative models. `num_gpu_blocks` and
+    /// `max_model_len` have no vLLM default (the start-up memory profile and the model's
+    /// config decide them); the values here are small ones that pass validation. Anything that
+    /// must match a particular run (the oracle harness, a simulation) sets every field itself.
     fn default() -> Self {
         SchedulerConfig {
-            block_size: 16,
+            block_size: 64,
             num_gpu_blocks: 1024,
             max_num_batched_tokens: 2048,
             max_num_scheduled_tokens: 2048,
@@ -101,7 +109,7 @@ impl Default for SchedulerConfig {
             num_speculative_tokens: 0,
             num_lookahead_tokens: 0,
             draft_slots: 0,
-            async_scheduling: false,
+            async_scheduling: true,
             pipeline_parallel_size: 1,
             kv_cache_metrics_sample: None,
             kv_cache_metrics_seed: 0,

@@ -2,57 +2,37 @@
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: vllm-twin sandbox [--host 127.0.0.1] [--port 8080]
-
-Serves the interactive parameter→metric simulator: open the printed URL in a browser.
-Everything (page, scripts, styles) is embedded; nothing is fetched from the network.
-  --host HOST   address to listen on (default 127.0.0.1; use 0.0.0.0 to share on a LAN)
-  --port PORT   port (default 8080; 0 picks a free one)
-";
-
-#[derive(Debug, PartialEq)]
+/// `vllm-twin sandbox`'s flags.
+#[derive(clap::Parser, Debug, PartialEq)]
+#[command(
+    name = "vllm-twin sandbox",
+    no_binary_name = true,
+    about = "Serves the interactive parameter→metric simulator: open the printed URL in a browser.\n\
+             Everything (page, scripts, styles) is embedded; nothing is fetched from the network."
+)]
 struct Args {
+    /// Address to listen on (use 0.0.0.0 to share on a LAN).
+    #[arg(long, default_value = "127.0.0.1")]
     host: String,
+    /// Port (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
     port: u16,
 }
 
-fn parse(args: &[String]) -> Result<Option<Args>, String> {
-    let mut a = Args {
-        host: "127.0.0.1".into(),
-        port: 8080,
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let raw = args[i].as_str();
-        i += 1;
-        let (name, inline) = match raw.split_once('=') {
-            Some((n, v)) => (n, Some(v.to_string())),
-            None => (raw, None),
-        };
-        let mut value = |flag: &str| -> Result<String, String> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
-            }
-            let v = args
-                .get(i)
-                .cloned()
-                .ok_or_else(|| format!("{flag} expects a value"))?;
-            i += 1;
-            Ok(v)
-        };
-        match name {
-            "-h" | "--help" => return Ok(None),
-            "--host" => a.host = value("--host")?,
-            "--port" => {
-                let v = value("--port")?;
-                a.port = v
-                    .parse()
-                    .map_err(|_| format!("--port {v:?}: expected a port number 0-65535"))?;
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+/// `Ok(None)`: help was asked for (printed by the caller).
+fn parse(args: &[String]) -> Result<Option<Args>, clap::Error> {
+    use clap::Parser;
+    match Args::try_parse_from(args) {
+        Ok(a) => Ok(Some(a)),
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(Some(a))
+}
+
+fn usage() -> String {
+    <Args as clap::CommandFactory>::command()
+        .render_help()
+        .to_string()
 }
 
 /// `vllm-twin sandbox [--host 127.0.0.1] [--port 8080]`.
@@ -60,11 +40,12 @@ pub fn sandbox_main(args: &[String]) -> ExitCode {
     let a = match parse(args) {
         Ok(Some(a)) => a,
         Ok(None) => {
-            print!("{USAGE}");
+            print!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
+            // clap's message names the argument and suggests the closest one.
+            eprint!("{}", e.render());
             return ExitCode::from(2);
         }
     };
@@ -120,8 +101,13 @@ mod tests {
                 port: 9000
             }
         );
-        assert!(parse(&s(&["--port", "x"])).unwrap_err().contains("--port"));
-        assert!(parse(&s(&["--bogus"])).unwrap_err().contains("--bogus"));
+        let e = parse(&s(&["--port", "x"])).unwrap_err().to_string();
+        assert!(e.contains("--port"), "{e}");
+        let e = parse(&s(&["--bogus"])).unwrap_err().to_string();
+        assert!(e.contains("--bogus"), "{e}");
+        let e = parse(&s(&["--prot", "1"])).unwrap_err().to_string();
+        assert!(e.contains("--port"), "a typo gets a suggestion: {e}");
         assert!(parse(&s(&["--help"])).unwrap().is_none());
+        assert!(usage().contains("--host"));
     }
 }

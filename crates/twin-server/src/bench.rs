@@ -362,77 +362,139 @@ pub fn render(r: &BenchReport) -> String {
     s
 }
 
-/// Parse `bench-serve URL --concurrency C --num-requests N ...`.
+/// `bench-serve`'s flags; the aliases are `vllm bench serve`'s names for the same knobs.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "vllm-twin bench-serve",
+    no_binary_name = true,
+    about = "Load generator measuring TTFT / ITL / E2E client-side, like `vllm bench serve`."
+)]
+struct BenchCli {
+    /// Server base URL, e.g. http://127.0.0.1:8000 (http:// is added when missing).
+    url: Option<String>,
+    /// Requests in flight at once.
+    #[arg(long, visible_alias = "max-concurrency", default_value_t = 1)]
+    concurrency: usize,
+    /// Requests to send.
+    #[arg(long, visible_alias = "num-prompts", default_value_t = 100)]
+    num_requests: usize,
+    /// Prompt length in tokens.
+    #[arg(long, visible_alias = "random-input-len", default_value_t = 128)]
+    input_len: usize,
+    /// Tokens to generate per request.
+    #[arg(long, visible_alias = "random-output-len", default_value_t = 128)]
+    output_len: usize,
+    /// Model name (default: the first one /v1/models lists).
+    #[arg(long)]
+    model: Option<String>,
+    /// Bearer token.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// /v1/completions (default) or /v1/chat/completions.
+    #[arg(long, default_value = "/v1/completions")]
+    endpoint: String,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `bench-serve`'s usage and flags.
+pub fn bench_help() -> String {
+    <BenchCli as clap::CommandFactory>::command()
+        .render_help()
+        .to_string()
+}
+
+/// Parse `bench-serve URL --concurrency C --num-requests N ...` (`--a_b` spellings accepted).
 pub fn parse_bench_args(args: &[String]) -> Result<BenchArgs, String> {
-    let mut a = BenchArgs {
-        url: String::new(),
-        concurrency: 1,
-        num_requests: 100,
-        input_len: 128,
-        output_len: 128,
-        model: None,
-        api_key: None,
-        chat: false,
-        json: false,
-        timeout_s: 600.0,
-    };
-    let mut i = 0;
-    let mut url = None;
-    while i < args.len() {
-        let raw = args[i].clone();
-        i += 1;
-        let (name, inline) = match raw.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.replace('_', "-"), Some(v.to_string())),
-            _ => (raw.replace('_', "-"), None),
-        };
-        let mut value = |flag: &str| -> Result<String, String> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
+    use clap::Parser;
+    // Like vLLM's parser: underscores in a flag's name are dashes.
+    let argv = args.iter().map(|a| match a.strip_prefix("--") {
+        Some(rest) => match rest.split_once('=') {
+            Some((k, v)) => format!("--{}={v}", k.replace('_', "-")),
+            None => format!("--{}", rest.replace('_', "-")),
+        },
+        None => a.clone(),
+    });
+    let cli = BenchCli::try_parse_from(argv).map_err(|e| {
+        use clap::error::{ContextKind, ContextValue, ErrorKind};
+        match (e.kind(), e.get(ContextKind::InvalidArg)) {
+            (ErrorKind::UnknownArgument, Some(ContextValue::String(a))) if !a.starts_with('-') => {
+                format!("{a}: more than one URL given")
             }
-            let v = args
-                .get(i)
-                .cloned()
-                .ok_or_else(|| format!("{flag}: expects a value"))?;
-            i += 1;
-            Ok(v)
-        };
-        let n = |flag: &str, v: String| -> Result<usize, String> {
-            v.parse()
-                .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
-        };
-        match name.as_str() {
-            "--concurrency" | "--max-concurrency" => {
-                a.concurrency = n(&name, value(&name)?)?.max(1)
-            }
-            "--num-requests" | "--num-prompts" => a.num_requests = n(&name, value(&name)?)?,
-            "--input-len" | "--random-input-len" => a.input_len = n(&name, value(&name)?)?,
-            "--output-len" | "--random-output-len" => {
-                a.output_len = n(&name, value(&name)?)?.max(1)
-            }
-            "--model" => a.model = Some(value(&name)?),
-            "--api-key" => a.api_key = Some(value(&name)?),
-            "--endpoint" => {
-                let v = value(&name)?;
-                a.chat = v.contains("chat");
-            }
-            "--timeout" => {
-                a.timeout_s = value(&name)?
-                    .parse()
-                    .map_err(|_| "--timeout: not a number".to_string())?
-            }
-            "--json" => a.json = true,
-            s if s.starts_with("--") => return Err(format!("{s}: unknown flag")),
-            _ => {
-                if url.is_some() {
-                    return Err(format!("{raw}: more than one URL given"));
-                }
-                url = Some(raw.trim_end_matches('/').to_string());
-            }
+            _ => twin_sim::engine_args::clap_error(e, "bench-serve").to_string(),
         }
+    })?;
+    let mut url = cli
+        .url
+        .ok_or("bench-serve URL: missing (e.g. http://127.0.0.1:8000)")?
+        .trim_end_matches('/')
+        .to_string();
+    if !url.starts_with("http://") && !url.starts_with("https://") {
+        url = format!("http://{url}");
     }
-    a.url = url.ok_or("bench-serve URL: missing (e.g. http://127.0.0.1:8000)")?;
-    if !a.url.starts_with("http://") && !a.url.starts_with("https://") {
-        a.url = format!("http://{}", a.url);
+    if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
+        return Err("--timeout: must be > 0 seconds".into());
     }
-    Ok(a)
+    Ok(BenchArgs {
+        url,
+        concurrency: cli.concurrency.max(1),
+        num_requests: cli.num_requests,
+        input_len: cli.input_len,
+        output_len: cli.output_len.max(1),
+        model: cli.model,
+        api_key: cli.api_key,
+        chat: cli.endpoint.contains("chat"),
+        json: cli.json,
+        timeout_s: cli.timeout,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<BenchArgs, String> {
+        let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        parse_bench_args(&argv)
+    }
+
+    #[test]
+    fn vllm_bench_serve_spellings_are_accepted() {
+        let a = parse(
+            "127.0.0.1:8000/ --max_concurrency 0 --num-prompts 7 --random-input-len=64 \
+             --random-output-len 0 --endpoint /v1/chat/completions --json",
+        )
+        .unwrap();
+        assert_eq!(a.url, "http://127.0.0.1:8000");
+        assert_eq!((a.concurrency, a.num_requests), (1, 7));
+        assert_eq!((a.input_len, a.output_len), (64, 1));
+        assert!(a.chat && a.json);
+        let d = parse("http://h:1").unwrap();
+        assert_eq!(
+            (d.concurrency, d.num_requests, d.timeout_s),
+            (1, 100, 600.0)
+        );
+        assert!(!d.chat && !d.json);
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        let e = parse("http://h:1 --concurency 4").unwrap_err();
+        assert!(e.contains("did you mean --concurrency"), "{e}");
+        let e = parse("http://h:1 --num-requests many").unwrap_err();
+        assert!(e.starts_with("--num-requests:"), "{e}");
+        let e = parse("http://h:1 --json=maybe").unwrap_err();
+        assert!(e.contains("--json"), "{e}");
+        assert!(parse("--json").unwrap_err().contains("URL: missing"));
+        assert!(parse("http://a http://b")
+            .unwrap_err()
+            .contains("more than one URL"));
+        assert!(parse("http://h:1 --timeout 0")
+            .unwrap_err()
+            .contains("--timeout"));
+    }
 }

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::server::{parse_serve_args, start, StartError, SERVE_FLAGS};
+use crate::args::parse_serve_args;
+use crate::server::{start, StartError};
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -29,18 +30,14 @@ async fn shutdown_signal() {
 }
 
 fn help() -> String {
-    let mut s = String::from(
-        "vllm-twin serve [MODEL] [vllm serve flags] [twin flags]\n\n\
-         An OpenAI-compatible server that behaves like `vllm serve` on the modelled GPU:\n\
-         tokens stream when the engine's step clock releases them. vLLM flags keep their\n\
-         names and 0.34 defaults; see docs/serve.md.\n\nServer flags:\n",
-    );
-    for (n, v, h) in SERVE_FLAGS {
-        s.push_str(&format!("  {n}{}  {h}\n", if *v { " VALUE" } else { "" }));
-    }
-    s.push_str("\nSimulator flags also accepted (--gpu, --model-config, --output-len, --seed):\n");
-    s.push_str(&twin_sim::engine_args::twin_flags_help());
-    s
+    crate::args::serve_command()
+        .about(
+            "An OpenAI-compatible server that behaves like `vllm serve` on the modelled GPU:\n\
+             tokens stream when the engine's step clock releases them. vLLM flags keep their\n\
+             names and 0.34 defaults; see docs/serve.md.",
+        )
+        .render_help()
+        .to_string()
 }
 
 /// `vllm-twin serve [MODEL] [vllm serve flags]`.
@@ -104,10 +101,7 @@ pub fn serve_main(args: &[String]) -> ExitCode {
 /// `vllm-twin bench-serve URL --concurrency C --num-requests N [--input-len/--output-len/--model]`.
 pub fn bench_serve_main(args: &[String]) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!(
-            "vllm-twin bench-serve URL [--concurrency C] [--num-requests N] [--input-len L] \
-             [--output-len L] [--model M] [--api-key K] [--endpoint /v1/chat/completions] [--json]"
-        );
+        println!("{}", crate::bench::bench_help());
         return ExitCode::SUCCESS;
     }
     let a = match crate::bench::parse_bench_args(args) {

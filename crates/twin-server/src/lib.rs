@@ -15,6 +15,7 @@
 //! generator), [`cli`] (entry points).
 
 pub mod api;
+pub mod args;
 pub mod bench;
 pub mod cli;
 pub mod dcgm;
@@ -27,4 +28,5 @@ pub mod server;
 pub mod sse;
 pub mod tokenizer;
 
-pub use server::{parse_serve_args, start, Running, ServeConfig, StartError};
+pub use args::parse_serve_args;
+pub use server::{start, Running, ServeConfig, StartError};

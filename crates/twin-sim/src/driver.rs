@@ -42,19 +42,12 @@ pub struct SchedulerKnobs {
 }
 
 impl Default for SchedulerKnobs {
+    /// vLLM 0.34's defaults, read from its flag table (`vllm_flags`): what an empty command
+    /// line gives.
     fn default() -> Self {
-        SchedulerKnobs {
-            max_num_active_seqs: None,
-            long_prefill_token_threshold: 0,
-            long_prefill_token_threshold_adaptive: false,
-            enable_prefix_caching: true,
-            policy: SchedulingPolicy::Fcfs,
-            watermark: 0.0,
-            scheduler_reserve_full_isl: true,
-            prefill_schedule_interval: 1,
-            cache_aware_admission_window: 0,
-            cache_aware_admission_threshold: 0.5,
-        }
+        let none = clap::ArgMatches::default();
+        crate::engine_args::scheduler_knobs(&crate::engine_args::VllmValues::new(&none))
+            .expect("vLLM's defaults are valid knobs (tested)")
     }
 }
 

@@ -1,13 +1,14 @@
 //! `vllm-twin simulate [MODEL] [vllm serve flags] [twin flags]`.
 //!
-//! vLLM's own flags keep their names, spellings (`--a-b`, `--a_b`, `--a=b`, `-tp 2`,
-//! `--enable-x` / `--disable-x` / `--no-enable-x`) and defaults, so a real `vllm serve …`
-//! line can be pasted. Flags vLLM has but the twin does not model are accepted with a
-//! note; anything else is an error with the closest known flag as a suggestion.
+//! vLLM's own flags keep their names, spellings (`--a-b`, `--a_b`, `--a=b`, `-tp 2`, `-O3`,
+//! `--enable-x` / `--disable-x` / `--no-enable-x`), defaults and validation, all read from one
+//! table generated from vLLM 0.34's parser ([`crate::vllm_flags`]), so a real `vllm serve …`
+//! line can be pasted. Flags vLLM has but the twin does not model are accepted with a note;
+//! anything else is a clap error naming the flag, with the closest known flag as a suggestion.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use twin_cost::{KvCacheDtype, MaxModelLen, PerformanceMode, SpecDecodeConfig, WeightFormat};
 use twin_engine::SchedulingPolicy;
@@ -18,154 +19,313 @@ use twin_workload::{
 
 use crate::driver::SimConfig;
 use crate::report::Slo;
+use crate::vllm_flags::{self, FlagAction};
 use crate::SimError;
 
-/// vLLM 0.34's `vllm serve` options (introspected from its parser).
-const VLLM_FLAGS_TSV: &str = include_str!("../data/vllm_serve_flags.tsv");
-
-#[derive(Clone, Debug)]
-struct VllmFlag {
-    dest: String,
-    takes_value: bool,
-    negative: bool,
-}
-
-fn vllm_flags() -> &'static HashMap<String, VllmFlag> {
-    static FLAGS: OnceLock<HashMap<String, VllmFlag>> = OnceLock::new();
-    FLAGS.get_or_init(|| {
-        let mut m = HashMap::new();
-        for line in VLLM_FLAGS_TSV
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-        {
-            let cols: Vec<&str> = line.split('\t').collect();
-            let (dest, kind) = (cols[0], cols.get(1).copied().unwrap_or("value"));
-            let takes_value = kind == "value";
-            for o in cols
-                .get(2)
-                .copied()
-                .unwrap_or("")
-                .split(' ')
-                .filter(|s| !s.is_empty())
-            {
-                m.insert(
-                    o.to_string(),
-                    VllmFlag {
-                        dest: dest.to_string(),
-                        takes_value,
-                        negative: false,
-                    },
-                );
-            }
-            for o in cols
-                .get(3)
-                .copied()
-                .unwrap_or("")
-                .split(' ')
-                .filter(|s| !s.is_empty())
-            {
-                m.insert(
-                    o.to_string(),
-                    VllmFlag {
-                        dest: dest.to_string(),
-                        takes_value: false,
-                        negative: true,
-                    },
-                );
-            }
-        }
-        m
-    })
-}
-
-/// The twin's own flags: name, takes a value, help.
-const TWIN_FLAGS: &[(&str, bool, &str)] = &[
+/// The twin's own flags: (name, value name or `None` for a boolean flag, help).
+const TWIN_FLAGS: &[(&str, Option<&str>, &str)] = &[
     (
-        "--gpu",
-        true,
+        "gpu",
+        Some("GPU"),
         "GPU from the catalog (vllm-twin gpus), default h100-sxm",
     ),
     (
-        "--model-config",
-        true,
+        "model-config",
+        Some("FILE"),
         "a Hugging Face config.json to use instead of the catalog",
     ),
     (
-        "--workload",
-        true,
+        "workload",
+        Some("NAME|FILE"),
         "preset (chat, rag, code, summarize, long-context, batch) or a trace file",
     ),
-    ("--num-requests", true, "requests to simulate"),
+    ("num-requests", Some("N"), "requests to simulate"),
     (
-        "--request-rate",
-        true,
+        "request-rate",
+        Some("RPS"),
         "open-loop arrival rate, req/s (inf = all at once)",
     ),
     (
-        "--burstiness",
-        true,
+        "burstiness",
+        Some("X"),
         "gamma shape of inter-arrival gaps (1 = Poisson)",
     ),
     (
-        "--rate-profile",
-        true,
+        "rate-profile",
+        Some("SPEC"),
         "step:0=5,300=20 or ramp:from=1,to=30,over=600",
     ),
-    ("--constant-arrivals", false, "evenly spaced arrivals"),
-    ("--max-concurrency", true, "closed loop: this many clients"),
+    ("constant-arrivals", None, "evenly spaced arrivals"),
     (
-        "--input-len",
-        true,
+        "max-concurrency",
+        Some("N"),
+        "closed loop: this many clients",
+    ),
+    (
+        "input-len",
+        Some("DIST"),
         "prompt length: N or a distribution (lognormal:mean=1000,sigma=0.8)",
     ),
-    ("--output-len", true, "output length: N or a distribution"),
     (
-        "--shared-prefix",
-        true,
+        "output-len",
+        Some("DIST"),
+        "output length: N or a distribution",
+    ),
+    (
+        "shared-prefix",
+        Some("SPEC"),
         "groups=4,len=512,share=0.5: shared system prompts",
     ),
     (
-        "--multi-turn",
-        true,
+        "multi-turn",
+        Some("DIST"),
         "turns per session (N or a distribution)",
     ),
     (
-        "--think-time",
-        true,
+        "think-time",
+        Some("DURATION"),
         "mean seconds between an answer and the next turn",
     ),
-    ("--seed", true, "RNG seed (also vLLM's --seed)"),
     (
-        "--out",
-        true,
+        "out",
+        Some("DIR"),
         "directory for report.json, timeseries.csv and SVG charts",
     ),
-    ("--json", false, "print the report as JSON on stdout"),
-    ("--slo-ttft-ms", true, "goodput SLO on TTFT"),
-    ("--slo-tpot-ms", true, "goodput SLO on TPOT"),
-    ("--slo-e2e-ms", true, "goodput SLO on end-to-end latency"),
+    ("json", None, "print the report as JSON on stdout"),
+    ("slo-ttft-ms", Some("MS"), "goodput SLO on TTFT"),
+    ("slo-tpot-ms", Some("MS"), "goodput SLO on TPOT"),
     (
-        "--metrics-out",
-        true,
+        "slo-e2e-ms",
+        Some("MS"),
+        "goodput SLO on end-to-end latency",
+    ),
+    (
+        "metrics-out",
+        Some("FILE"),
         "write the final /metrics scrape here",
     ),
     (
-        "--scrape-interval",
-        true,
+        "scrape-interval",
+        Some("DURATION"),
         "e.g. 15s: take Prometheus-style scrapes",
     ),
     (
-        "--scrapes-out",
-        true,
+        "scrapes-out",
+        Some("FILE"),
         "write the scrapes as OpenMetrics with timestamps",
     ),
-    ("--quiet", false, "no progress bar"),
+    ("quiet", None, "no progress bar"),
     (
-        "--no-coast-decodes",
-        false,
+        "no-coast-decodes",
+        None,
         "visit every decode every step (same results, slower; for checking)",
     ),
 ];
+
+/// vLLM flags `simulate` models: listed in `--help`, never noted as ignored. Every other
+/// `vllm serve` flag is accepted with a note.
+pub const MODELLED_VLLM_FLAGS: &[&str] = &[
+    "model",
+    "served_model_name",
+    "seed",
+    "dtype",
+    "quantization",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks_override",
+    "kv_cache_dtype",
+    "block_size",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "max_num_active_seqs",
+    "long_prefill_token_threshold",
+    "long_prefill_token_threshold_adaptive",
+    "scheduling_policy",
+    "watermark",
+    "scheduler_reserve_full_isl",
+    "prefill_schedule_interval",
+    "cache_aware_admission_window",
+    "cache_aware_admission_threshold",
+    "async_scheduling",
+    "performance_mode",
+    "enforce_eager",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "enable_expert_parallel",
+    "speculative_config",
+    "kv_cache_metrics",
+    "kv_cache_metrics_sample",
+    "enable_mfu_metrics",
+];
+
+/// The model simulated when none is given. vLLM's own default (`--model`'s, in the table) is a
+/// 0.6B model; the twin's catalog default is the model its figures are calibrated on.
+pub const DEFAULT_MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+/// The twin's own flags as clap arguments (`heading` groups them in `--help`).
+pub fn twin_args(heading: &'static str) -> Vec<Arg> {
+    TWIN_FLAGS
+        .iter()
+        .map(|&(name, value, help)| {
+            let arg = Arg::new(name).long(name).help(help).help_heading(heading);
+            match value {
+                Some(v) => arg.value_name(v).action(ArgAction::Set).num_args(1),
+                None => vllm_flags::bool_arg(arg),
+            }
+        })
+        .collect()
+}
+
+/// `simulate`'s command: MODEL, every `vllm serve` flag from the table, the twin's flags.
+/// Parse argv that went through [`vllm_flags::normalize_argv`].
+pub fn simulate_command(name: &'static str, shown_vllm: &[&str]) -> Command {
+    Command::new(name)
+        .no_binary_name(true)
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        // argparse: a repeated flag's last value wins.
+        .args_override_self(true)
+        .allow_negative_numbers(true)
+        .arg(
+            Arg::new("model_tag")
+                .value_name("MODEL")
+                .index(1)
+                .help("model (catalog name, `vllm-twin models`); also --model"),
+        )
+        .args(vllm_flags::table().clap_args(shown_vllm, "vLLM flags the twin models"))
+        .args(twin_args("Twin flags"))
+        .after_help(
+            "Every other `vllm serve` flag of vLLM 0.34 is accepted (with a note) so a real \
+             command line can be pasted; see docs/simulate.md.",
+        )
+}
+
+/// The vLLM flags of a command line, read through the table: a value given on the command
+/// line, else vLLM's default.
+pub struct VllmValues<'a> {
+    matches: &'a ArgMatches,
+}
+
+impl<'a> VllmValues<'a> {
+    pub fn new(matches: &'a ArgMatches) -> Self {
+        VllmValues { matches }
+    }
+
+    /// The command line's value of a value flag (the first, for nargs `+`).
+    pub fn cli_str(&self, dest: &str) -> Option<&'a str> {
+        self.matches
+            .try_get_one::<String>(dest)
+            .ok()
+            .flatten()
+            .map(String::as_str)
+    }
+
+    /// The command line's value, else vLLM's default (`None`: vLLM resolves it later).
+    pub fn str(&self, dest: &str) -> Option<String> {
+        match self.cli_str(dest) {
+            Some(v) => Some(v.to_string()),
+            None => match &vllm_flags::table().flag(dest).default {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(s) => Some(s.clone()),
+                other => Some(other.to_string()),
+            },
+        }
+    }
+
+    /// A boolean flag: `--x[=true|false]`, `--no-x` / `--disable-x`, else vLLM's default.
+    pub fn flag(&self, dest: &str) -> Option<bool> {
+        let f = vllm_flags::table().flag(dest);
+        if self
+            .matches
+            .try_get_one::<bool>(&vllm_flags::negative_id(dest))
+            .ok()
+            .flatten()
+            == Some(&true)
+        {
+            return Some(false);
+        }
+        match (
+            self.matches.try_get_one::<bool>(dest).ok().flatten(),
+            f.action,
+        ) {
+            // `--x=false` on a store_false flag: the flag is not applied.
+            (Some(&false), FlagAction::StoreFalse) => f.default_bool(),
+            (Some(&on), FlagAction::StoreFalse) => Some(!on),
+            (Some(&on), _) => Some(on),
+            (None, _) => f.default_bool(),
+        }
+    }
+}
+
+/// The `--x` spelling of a clap argument in an error (`--block-size <BLOCK_SIZE>` → `--block-size`).
+fn flag_of(arg: &str) -> String {
+    arg.split([' ', '=', '[']).next().unwrap_or(arg).to_string()
+}
+
+/// A clap error as the twin's error, naming the flag.
+pub fn clap_error(e: clap::Error, command: &str) -> SimError {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let get = |k: ContextKind| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => v.first().cloned(),
+        Some(other) => Some(other.to_string()),
+        None => None,
+    };
+    let arg = get(ContextKind::InvalidArg).unwrap_or_default();
+    match e.kind() {
+        ErrorKind::UnknownArgument if !arg.starts_with('-') => {
+            cfg_err("MODEL", format!("more than one model given: {arg:?}"))
+        }
+        ErrorKind::UnknownArgument => {
+            let hint = match get(ContextKind::SuggestedArg) {
+                Some(s) => format!("did you mean {}?", flag_of(&s)),
+                None => format!("see vllm-twin {command} --help"),
+            };
+            cfg_err(&flag_of(&arg), format!("unknown flag; {hint}"))
+        }
+        ErrorKind::ValueValidation => {
+            let why = std::error::Error::source(&e)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "invalid value".into());
+            cfg_err(&flag_of(&arg), why)
+        }
+        ErrorKind::InvalidValue => {
+            let v = get(ContextKind::InvalidValue).unwrap_or_default();
+            let valid = match e.get(ContextKind::ValidValue) {
+                Some(ContextValue::Strings(v)) => v.join(", "),
+                _ => String::new(),
+            };
+            let message = if v.is_empty() {
+                "expects a value".to_string()
+            } else if valid.is_empty() {
+                format!("{v:?} is not a valid value")
+            } else {
+                format!("{v:?} is not one of {valid}")
+            };
+            cfg_err(&flag_of(&arg), message)
+        }
+        ErrorKind::NoEquals => cfg_err(
+            &flag_of(&arg),
+            "a boolean flag takes no value or =true / =false",
+        ),
+        _ => {
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            cfg_err(
+                if arg.is_empty() { command } else { &arg },
+                first.to_string(),
+            )
+        }
+    }
+}
 
 /// Everything `simulate` was asked to do.
 #[derive(Clone, Debug)]
@@ -199,14 +359,6 @@ fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, SimError> {
         .map_err(|_| cfg_err(flag, format!("{v:?} is not a valid number")))
 }
 
-fn boolish(flag: &str, v: &str) -> Result<bool, SimError> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(cfg_err(flag, format!("{v:?} is not true or false"))),
-    }
-}
-
 /// `15s`, `1m`, `500ms`, or plain seconds.
 pub fn parse_duration_s(flag: &str, v: &str) -> Result<f64, SimError> {
     let v = v.trim();
@@ -226,24 +378,6 @@ pub fn parse_duration_s(flag: &str, v: &str) -> Result<f64, SimError> {
         return Err(cfg_err(flag, "must be a positive duration like 15s"));
     }
     Ok(x * mult)
-}
-
-fn suggest(flag: &str) -> String {
-    let mut best: Option<(f64, &str)> = None;
-    let known = vllm_flags()
-        .keys()
-        .map(String::as_str)
-        .chain(TWIN_FLAGS.iter().map(|f| f.0));
-    for k in known {
-        let score = strsim::jaro_winkler(flag, k);
-        if best.is_none_or(|(s, _)| score > s) {
-            best = Some((score, k));
-        }
-    }
-    match best {
-        Some((s, k)) if s > 0.8 => format!("; did you mean {k}?"),
-        _ => String::from("; see vllm-twin simulate --help"),
-    }
 }
 
 /// A named workload preset: (input, output, shared prefix) in the spirit of common benchmarks.
@@ -279,247 +413,261 @@ fn preset(name: &str) -> Option<(LengthDist, LengthDist, Option<SharedPrefix>, f
     })
 }
 
+/// The scheduler knobs of a command line: each flag's value, else vLLM's default from the table.
+pub fn scheduler_knobs(v: &VllmValues<'_>) -> Result<crate::driver::SchedulerKnobs, SimError> {
+    let t = vllm_flags::table();
+    let req = |dest: &str| -> Result<String, SimError> {
+        v.str(dest).ok_or_else(|| {
+            cfg_err(
+                t.flag(dest).name(),
+                "vLLM 0.34 has no default for this flag",
+            )
+        })
+    };
+    let n = |dest: &str| -> Result<usize, SimError> { num(t.flag(dest).name(), &req(dest)?) };
+    let x = |dest: &str| -> Result<f64, SimError> { num(t.flag(dest).name(), &req(dest)?) };
+    Ok(crate::driver::SchedulerKnobs {
+        max_num_active_seqs: v
+            .cli_str("max_num_active_seqs")
+            .map(|s| num("--max-num-active-seqs", s))
+            .transpose()?,
+        long_prefill_token_threshold: n("long_prefill_token_threshold")?,
+        long_prefill_token_threshold_adaptive: v
+            .flag("long_prefill_token_threshold_adaptive")
+            .unwrap_or(false),
+        // vLLM: None = on for generative models (the only kind the twin runs).
+        enable_prefix_caching: v.flag("enable_prefix_caching").unwrap_or(true),
+        policy: match req("scheduling_policy")?.as_str() {
+            "priority" => SchedulingPolicy::Priority,
+            _ => SchedulingPolicy::Fcfs,
+        },
+        watermark: x("watermark")?,
+        scheduler_reserve_full_isl: v.flag("scheduler_reserve_full_isl").unwrap_or(true),
+        prefill_schedule_interval: n("prefill_schedule_interval")?,
+        cache_aware_admission_window: n("cache_aware_admission_window")?,
+        cache_aware_admission_threshold: x("cache_aware_admission_threshold")?,
+    })
+}
+
 /// Parse `simulate`'s arguments. `read_file` loads `--workload FILE` / `--model-config`.
 pub fn parse_simulate_args(
     args: &[String],
     read_file: &dyn Fn(&str) -> Result<String, String>,
 ) -> Result<SimulateArgs, SimError> {
-    let mut values: Vec<(String, Option<String>)> = Vec::new();
-    let mut positional: Vec<String> = Vec::new();
-    let mut notes = Vec::new();
-    let twin: HashMap<&str, bool> = TWIN_FLAGS.iter().map(|f| (f.0, f.1)).collect();
-    let mut i = 0;
-    while i < args.len() {
-        let raw = &args[i];
-        i += 1;
-        if !raw.starts_with('-') || raw == "-" {
-            positional.push(raw.clone());
-            continue;
-        }
-        let (name, inline) = match raw.split_once('=') {
-            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-            None => (raw.clone(), None),
-        };
-        // FlexibleArgumentParser: underscores and dashes are interchangeable.
-        let norm = if let Some(rest) = name.strip_prefix("--") {
-            format!("--{}", rest.replace('_', "-"))
-        } else {
-            name.clone()
-        };
-        let base = norm.split('.').next().unwrap_or(&norm).to_string();
-        let takes_value = if let Some(&tv) = twin.get(base.as_str()) {
-            tv
-        } else if let Some(f) = vllm_flags().get(&base) {
-            f.takes_value
-        } else {
-            return Err(cfg_err(&name, format!("unknown flag{}", suggest(&base))));
-        };
-        let value = if takes_value {
-            match inline {
-                Some(v) => Some(v),
-                None => {
-                    if i >= args.len() {
-                        return Err(cfg_err(&base, "expects a value"));
-                    }
-                    i += 1;
-                    Some(args[i - 1].clone())
-                }
-            }
-        } else {
-            inline
-        };
-        values.push((norm, value));
-    }
-    if positional.len() > 1 {
-        return Err(cfg_err(
-            "MODEL",
-            format!("more than one model given: {positional:?}"),
-        ));
-    }
+    let argv = vllm_flags::normalize_argv(args);
+    let matches = simulate_command("simulate", MODELLED_VLLM_FLAGS)
+        .try_get_matches_from(&argv)
+        .map_err(|e| clap_error(e, "simulate"))?;
+    simulate_from_matches(&matches, &argv, &[], read_file)
+}
 
-    let mut model_name = positional
-        .pop()
-        .unwrap_or_else(|| "meta-llama/Llama-3.1-8B-Instruct".to_string());
-    let mut gpu_name = "h100-sxm".to_string();
-    let mut model_config: Option<String> = None;
-    let mut serve = twin_cost::ServeConfig::default();
-    let mut knobs = crate::driver::SchedulerKnobs::default();
-    let mut dp = 1usize;
-    let mut served_model_name = None;
-    let mut seed = 0u64;
+/// Notes for the vLLM flags in `argv` (normalized) that the twin does not model, in command-line
+/// order; `handled` are dests another face models (serve's `--port`, ...).
+fn unmodelled_notes(argv: &[String], handled: &[&str]) -> Vec<(usize, String)> {
+    let t = vllm_flags::table();
+    argv.iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let key = a.split('=').next().unwrap_or(a);
+            let f = t.by_option(key)?;
+            let dest = f.dest.as_str();
+            (!MODELLED_VLLM_FLAGS.contains(&dest) && !handled.contains(&dest)).then(|| {
+                (
+                    i,
+                    format!("{key}: accepted; it does not change what the twin models"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Build `simulate`'s configuration from parsed flags. `argv` is the normalized command line
+/// (for the notes' order and spelling); `handled` are vLLM dests the caller models itself.
+pub fn simulate_from_matches(
+    m: &ArgMatches,
+    argv: &[String],
+    handled: &[&str],
+    read_file: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<SimulateArgs, SimError> {
+    let v = VllmValues::new(m);
+    let twin = |id: &str| m.get_one::<String>(id).map(String::as_str);
+    let twin_flag = |id: &str| m.get_one::<bool>(id).copied().unwrap_or(false);
+    let mut notes = unmodelled_notes(argv, handled);
+
+    let model_name = v
+        .cli_str("model")
+        .or_else(|| twin("model_tag"))
+        .unwrap_or(DEFAULT_MODEL)
+        .to_string();
+    if let (Some(a), Some(b)) = (v.cli_str("model"), twin("model_tag")) {
+        if a != b {
+            return Err(cfg_err(
+                "MODEL",
+                format!("two models given: {b:?} and --model {a:?}"),
+            ));
+        }
+    }
+    let gpu_name = twin("gpu").unwrap_or("h100-sxm").to_string();
+
+    // Numbers were checked against vLLM's type and range by the parser; the conversions below
+    // only fail for values vLLM would take but the twin's types cannot hold.
+    let req = |dest: &str| -> Result<String, SimError> {
+        v.str(dest).ok_or_else(|| {
+            cfg_err(
+                vllm_flags::table().flag(dest).name(),
+                "vLLM 0.34 has no default for this flag",
+            )
+        })
+    };
+    let name = |dest: &str| vllm_flags::table().flag(dest).name().to_string();
+    let opt_num = |dest: &str| -> Result<Option<u64>, SimError> {
+        v.cli_str(dest)
+            .map(|x| {
+                vllm_flags::parse_human_int(x)
+                    .ok_or_else(|| cfg_err(&name(dest), format!("{x:?} is not an integer")))
+            })
+            .transpose()
+    };
+
+    let mut serve = twin_cost::ServeConfig {
+        tensor_parallel_size: num(&name("tensor_parallel_size"), &req("tensor_parallel_size")?)?,
+        pipeline_parallel_size: num(
+            &name("pipeline_parallel_size"),
+            &req("pipeline_parallel_size")?,
+        )?,
+        // vLLM: None = resolved_gpu_memory_utilization (0.9, or 1.0 with the extensible cache).
+        gpu_memory_utilization: v
+            .cli_str("gpu_memory_utilization")
+            .map(|x| num(&name("gpu_memory_utilization"), x))
+            .transpose()?,
+        kv_cache_dtype: KvCacheDtype::parse(&req("kv_cache_dtype")?)
+            .map_err(|e| cfg_err(&name("kv_cache_dtype"), e.to_string()))?,
+        block_size: opt_num("block_size")?.map(|x| x as u32),
+        max_num_batched_tokens: opt_num("max_num_batched_tokens")?.map(|x| x as u32),
+        max_num_seqs: opt_num("max_num_seqs")?.map(|x| x as u32),
+        num_gpu_blocks_override: opt_num("num_gpu_blocks_override")?,
+        kv_cache_memory_bytes: opt_num("kv_cache_memory_bytes")?,
+        enforce_eager: v.flag("enforce_eager").unwrap_or(false),
+        enable_expert_parallel: v.flag("enable_expert_parallel").unwrap_or(false),
+        // vLLM: None = on for generative models (the only kind the twin runs).
+        async_scheduling: v.flag("async_scheduling").unwrap_or(true),
+        enable_chunked_prefill: v.flag("enable_chunked_prefill").unwrap_or(true),
+        ..twin_cost::ServeConfig::default()
+    };
+    serve.max_model_len = match v.cli_str("max_model_len").map(str::trim) {
+        None => MaxModelLen::Derived,
+        Some("-1") => MaxModelLen::Auto,
+        Some(s) if s.eq_ignore_ascii_case("auto") => MaxModelLen::Auto,
+        Some(s) => MaxModelLen::Tokens(
+            vllm_flags::parse_human_int(s)
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| cfg_err("--max-model-len", "must be >= 1"))?,
+        ),
+    };
+    if let Some(q) = v.str("quantization") {
+        serve.quantization =
+            Some(WeightFormat::parse(&q).map_err(|e| cfg_err("--quantization", e.to_string()))?);
+    }
+    if let Some(s) = v.str("speculative_config") {
+        serve.speculative = Some(
+            SpecDecodeConfig::from_json(&s)
+                .map_err(|e| cfg_err("--speculative-config", e.to_string()))?,
+        );
+    }
+    serve.performance_mode = match req("performance_mode")?.as_str() {
+        "balanced" => PerformanceMode::Balanced,
+        "throughput" => PerformanceMode::Throughput,
+        "interactivity" => PerformanceMode::Interactivity,
+        other => {
+            return Err(cfg_err(
+                "--performance-mode",
+                format!("{other:?}: expected balanced, throughput or interactivity"),
+            ))
+        }
+    };
+    if let Some(i) = argv
+        .iter()
+        .position(|a| a == "--dtype" || a.starts_with("--dtype="))
+    {
+        let dtype = req("dtype")?;
+        if !matches!(
+            dtype.as_str(),
+            "auto" | "bfloat16" | "float16" | "half" | "bf16"
+        ) {
+            notes.push((i, format!("--dtype {dtype}: costed as 16-bit weights")));
+        }
+    }
+    notes.sort_by_key(|n| n.0);
+    let mut notes: Vec<String> = notes.into_iter().map(|n| n.1).collect();
+
+    let knobs = scheduler_knobs(&v)?;
+    let dp: usize = num("--data-parallel-size", &req("data_parallel_size")?)?;
+    let served_model_name = v.cli_str("served_model_name").map(str::to_string);
+    let seed: u64 = num("--seed", &req("seed")?)?;
+    let kv_cache_metrics = v.flag("kv_cache_metrics").unwrap_or(false);
+    let kv_cache_metrics_sample: f64 = num(
+        "--kv-cache-metrics-sample",
+        &req("kv_cache_metrics_sample")?,
+    )?;
+    let enable_mfu_metrics = v.flag("enable_mfu_metrics").unwrap_or(false);
+
+    // The twin's flags.
+    let opt = |id: &str| -> Option<(String, &str)> { twin(id).map(|x| (format!("--{id}"), x)) };
+    let workload_arg = twin("workload");
+    let num_requests: Option<usize> = opt("num-requests").map(|(f, x)| num(&f, x)).transpose()?;
+    let rate: Option<f64> = opt("request-rate")
+        .map(|(f, x)| {
+            if x == "inf" {
+                Ok(f64::INFINITY)
+            } else {
+                num(&f, x)
+            }
+        })
+        .transpose()?;
+    let burstiness: Option<f64> = opt("burstiness").map(|(f, x)| num(&f, x)).transpose()?;
+    let profile = opt("rate-profile")
+        .map(|(f, x)| RateProfile::parse(&f, x))
+        .transpose()?;
+    let constant = twin_flag("constant-arrivals");
+    let concurrency: Option<usize> = opt("max-concurrency")
+        .map(|(f, x)| num(&f, x))
+        .transpose()?;
+    let input_len = opt("input-len")
+        .map(|(f, x)| LengthDist::parse(&f, x))
+        .transpose()?;
+    let output_len = opt("output-len")
+        .map(|(f, x)| LengthDist::parse(&f, x))
+        .transpose()?;
+    let shared = opt("shared-prefix")
+        .map(|(f, x)| parse_shared_prefix(&f, x))
+        .transpose()?;
+    let turns = opt("multi-turn")
+        .map(|(f, x)| LengthDist::parse(&f, x))
+        .transpose()?;
+    let think_time_s = opt("think-time")
+        .map(|(f, x)| parse_duration_s(&f, x))
+        .transpose()?
+        .unwrap_or(0.0);
+    let out_dir = twin("out").map(PathBuf::from);
+    let json = twin_flag("json");
+    let quiet = twin_flag("quiet");
+    let coast_decodes = !twin_flag("no-coast-decodes");
     let mut slo = Slo::default();
-    let (mut out_dir, mut json, mut quiet) = (None, false, false);
-    let (mut metrics_out, mut scrape_interval_s, mut scrapes_out) = (None, None, None);
-    let mut kv_cache_metrics = false;
-    let mut kv_cache_metrics_sample = 0.01;
-    let mut enable_mfu_metrics = false;
-    let mut coast_decodes = true;
-    // Workload pieces.
-    let mut workload_arg: Option<String> = None;
-    let mut num_requests: Option<usize> = None;
-    let mut rate: Option<f64> = None;
-    let mut burstiness: Option<f64> = None;
-    let mut profile: Option<RateProfile> = None;
-    let mut constant = false;
-    let mut concurrency: Option<usize> = None;
-    let mut input_len: Option<LengthDist> = None;
-    let mut output_len: Option<LengthDist> = None;
-    let mut shared: Option<Option<SharedPrefix>> = None;
-    let mut turns: Option<LengthDist> = None;
-    let mut think_time_s = 0.0;
-
-    for (flag, value) in &values {
-        let v = value.as_deref().unwrap_or("");
-        let f = flag.as_str();
-        match f {
-            "--model" => model_name = v.to_string(),
-            "--gpu" => gpu_name = v.to_string(),
-            "--model-config" => model_config = Some(v.to_string()),
-            "--served-model-name" => served_model_name = Some(v.to_string()),
-            "--gpu-memory-utilization" => {
-                let x: f64 = num(f, v)?;
-                if !(x > 0.0 && x <= 1.0) {
-                    return Err(cfg_err(f, format!("{x} must be in (0, 1]")));
-                }
-                serve.gpu_memory_utilization = Some(x);
-            }
-            "--max-model-len" => {
-                serve.max_model_len = match v.trim() {
-                    "-1" | "auto" => MaxModelLen::Auto,
-                    s => {
-                        let lower = s.to_ascii_lowercase();
-                        let (n, mult) = if let Some(x) = lower.strip_suffix('k') {
-                            (x.to_string(), 1024u64)
-                        } else if let Some(x) = lower.strip_suffix('m') {
-                            (x.to_string(), 1024 * 1024)
-                        } else {
-                            (lower.clone(), 1)
-                        };
-                        let n: u64 = num(f, &n)?;
-                        if n == 0 {
-                            return Err(cfg_err(f, "must be >= 1"));
-                        }
-                        MaxModelLen::Tokens(n * mult)
-                    }
-                }
-            }
-            "--kv-cache-dtype" => {
-                serve.kv_cache_dtype =
-                    KvCacheDtype::parse(v).map_err(|e| cfg_err(f, e.to_string()))?
-            }
-            "--block-size" => serve.block_size = Some(num(f, v)?),
-            "--max-num-batched-tokens" => serve.max_num_batched_tokens = Some(num(f, v)?),
-            "--max-num-seqs" => serve.max_num_seqs = Some(num(f, v)?),
-            "--max-num-active-seqs" => knobs.max_num_active_seqs = Some(num(f, v)?),
-            "--long-prefill-token-threshold" => knobs.long_prefill_token_threshold = num(f, v)?,
-            "--scheduling-policy" => {
-                knobs.policy = match v {
-                    "fcfs" => SchedulingPolicy::Fcfs,
-                    "priority" => SchedulingPolicy::Priority,
-                    _ => return Err(cfg_err(f, format!("{v:?}: expected fcfs or priority"))),
-                }
-            }
-            "--tensor-parallel-size" | "-tp" => serve.tensor_parallel_size = num(f, v)?,
-            "--pipeline-parallel-size" | "-pp" => serve.pipeline_parallel_size = num(f, v)?,
-            "--data-parallel-size" | "-dp" => dp = num(f, v)?,
-            "--quantization" | "-q" => {
-                serve.quantization =
-                    Some(WeightFormat::parse(v).map_err(|e| cfg_err(f, e.to_string()))?)
-            }
-            "--dtype" => {
-                if !matches!(v, "auto" | "bfloat16" | "float16" | "half" | "bf16") {
-                    notes.push(format!("--dtype {v}: costed as 16-bit weights"));
-                }
-            }
-            "--speculative-config" | "-sc" => {
-                serve.speculative =
-                    Some(SpecDecodeConfig::from_json(v).map_err(|e| cfg_err(f, e.to_string()))?)
-            }
-            "--num-gpu-blocks-override" => serve.num_gpu_blocks_override = Some(num(f, v)?),
-            "--kv-cache-memory-bytes" => serve.kv_cache_memory_bytes = Some(num(f, v)?),
-            "--performance-mode" => {
-                serve.performance_mode = match v {
-                    "balanced" => PerformanceMode::Balanced,
-                    "throughput" => PerformanceMode::Throughput,
-                    "interactivity" => PerformanceMode::Interactivity,
-                    _ => {
-                        return Err(cfg_err(
-                            f,
-                            format!("{v:?}: expected balanced, throughput or interactivity"),
-                        ))
-                    }
-                }
-            }
-            "--watermark" => knobs.watermark = num(f, v)?,
-            "--prefill-schedule-interval" => knobs.prefill_schedule_interval = num(f, v)?,
-            "--cache-aware-admission-window" => knobs.cache_aware_admission_window = num(f, v)?,
-            "--cache-aware-admission-threshold" => {
-                knobs.cache_aware_admission_threshold = num(f, v)?
-            }
-            "--seed" => seed = num(f, v)?,
-            "--kv-cache-metrics-sample" => {
-                kv_cache_metrics_sample = num(f, v)?;
-                if !(kv_cache_metrics_sample > 0.0 && kv_cache_metrics_sample <= 1.0) {
-                    return Err(cfg_err(f, format!("{v} must be in (0, 1]")));
-                }
-            }
-            // Twin flags.
-            "--workload" => workload_arg = Some(v.to_string()),
-            "--num-requests" => num_requests = Some(num(f, v)?),
-            "--request-rate" => {
-                rate = Some(if v == "inf" {
-                    f64::INFINITY
-                } else {
-                    num(f, v)?
-                });
-            }
-            "--burstiness" => burstiness = Some(num(f, v)?),
-            "--rate-profile" => profile = Some(RateProfile::parse(f, v)?),
-            "--constant-arrivals" => constant = true,
-            "--max-concurrency" => concurrency = Some(num(f, v)?),
-            "--input-len" => input_len = Some(LengthDist::parse(f, v)?),
-            "--output-len" => output_len = Some(LengthDist::parse(f, v)?),
-            "--shared-prefix" => shared = Some(parse_shared_prefix(f, v)?),
-            "--multi-turn" => turns = Some(LengthDist::parse(f, v)?),
-            "--think-time" => think_time_s = parse_duration_s(f, v)?,
-            "--out" => out_dir = Some(PathBuf::from(v)),
-            "--json" => json = true,
-            "--quiet" => quiet = true,
-            "--no-coast-decodes" => coast_decodes = false,
-            "--slo-ttft-ms" => slo.ttft_s = Some(num::<f64>(f, v)? / 1e3),
-            "--slo-tpot-ms" => slo.tpot_s = Some(num::<f64>(f, v)? / 1e3),
-            "--slo-e2e-ms" => slo.e2e_s = Some(num::<f64>(f, v)? / 1e3),
-            "--metrics-out" => metrics_out = Some(PathBuf::from(v)),
-            "--scrape-interval" => scrape_interval_s = Some(parse_duration_s(f, v)?),
-            "--scrapes-out" => scrapes_out = Some(PathBuf::from(v)),
-            _ => {
-                let vf = vllm_flags().get(f.split('.').next().unwrap_or(f)).cloned();
-                let Some(vf) = vf else {
-                    return Err(cfg_err(f, format!("unknown flag{}", suggest(f))));
-                };
-                let on = !vf.negative
-                    && value
-                        .as_deref()
-                        .is_none_or(|x| boolish(f, x).unwrap_or(true));
-                match vf.dest.as_str() {
-                    "enable_prefix_caching" => knobs.enable_prefix_caching = on,
-                    "enable_chunked_prefill" => serve.enable_chunked_prefill = on,
-                    "long_prefill_token_threshold_adaptive" => {
-                        knobs.long_prefill_token_threshold_adaptive = on
-                    }
-                    "enforce_eager" => serve.enforce_eager = on,
-                    "async_scheduling" => serve.async_scheduling = on,
-                    "enable_expert_parallel" => serve.enable_expert_parallel = on,
-                    "scheduler_reserve_full_isl" => knobs.scheduler_reserve_full_isl = on,
-                    "kv_cache_metrics" => kv_cache_metrics = on,
-                    "enable_mfu_metrics" => enable_mfu_metrics = on,
-                    _ => notes.push(format!(
-                        "{f}: accepted; it does not change what the twin models"
-                    )),
-                }
-            }
+    for (id, field) in [
+        ("slo-ttft-ms", &mut slo.ttft_s),
+        ("slo-tpot-ms", &mut slo.tpot_s),
+        ("slo-e2e-ms", &mut slo.e2e_s),
+    ] {
+        if let Some((f, x)) = opt(id) {
+            *field = Some(num::<f64>(&f, x)? / 1e3);
         }
     }
+    let metrics_out = twin("metrics-out").map(PathBuf::from);
+    let scrape_interval_s = opt("scrape-interval")
+        .map(|(f, x)| parse_duration_s(&f, x))
+        .transpose()?;
+    let scrapes_out = twin("scrapes-out").map(PathBuf::from);
+    let model_config = twin("model-config");
 
     let model = match &model_config {
         Some(path) => {
@@ -537,7 +685,7 @@ pub fn parse_simulate_args(
         .clone();
 
     // Workload: a preset or a trace file, then the flags on top.
-    let wl = workload_arg.as_deref().unwrap_or("chat");
+    let wl = workload_arg.unwrap_or("chat");
     let (mut arrivals, default_in, default_out, default_shared, default_rate) = match preset(wl) {
         Some((i, o, s, r)) => (None, i, o, s, r),
         None => {
@@ -676,14 +824,6 @@ fn parse_shared_prefix(flag: &str, v: &str) -> Result<Option<SharedPrefix>, SimE
     Ok(Some(sp))
 }
 
-/// Help text for the twin's own flags.
-pub fn twin_flags_help() -> String {
-    TWIN_FLAGS
-        .iter()
-        .map(|(n, v, h)| format!("  {n}{}  {h}\n", if *v { " VALUE" } else { "" }))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -706,8 +846,332 @@ mod tests {
         );
     }
 
+    fn err(s: &str) -> String {
+        parse(s).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_command_is_well_formed() {
+        // clap's own consistency checks (duplicate ids/names, conflicting settings).
+        simulate_command("simulate", MODELLED_VLLM_FLAGS).debug_assert();
+        for dest in MODELLED_VLLM_FLAGS {
+            assert!(vllm_flags::table().get(dest).is_some(), "{dest}");
+        }
+    }
+
+    #[test]
+    fn boolean_flags_take_no_value_or_true_false() {
+        assert!(
+            !parse("--enable-prefix-caching=false")
+                .unwrap()
+                .config
+                .knobs
+                .enable_prefix_caching
+        );
+        assert!(
+            parse("--enable-prefix-caching=TRUE")
+                .unwrap()
+                .config
+                .knobs
+                .enable_prefix_caching
+        );
+        assert!(parse("--enforce-eager").unwrap().config.serve.enforce_eager);
+        assert!(parse("--json=true").unwrap().json);
+        for bad in [
+            "--enable-prefix-caching=maybe",
+            "--enforce-eager=yes",
+            "--enforce-eager=1",
+            "--async-scheduling=off",
+            "--json=1",
+        ] {
+            let e = err(bad);
+            let flag = bad.split('=').next().unwrap();
+            assert!(e.starts_with(&format!("{flag}:")), "{bad}: {e}");
+            assert!(e.contains("true, false"), "{bad}: {e}");
+        }
+        // So do the negations.
+        assert!(
+            !parse("--no-enable-prefix-caching=true")
+                .unwrap()
+                .config
+                .knobs
+                .enable_prefix_caching
+        );
+        let e = err("--no-enable-prefix-caching=maybe");
+        assert!(
+            e.contains("prefix-caching") && e.contains("true, false"),
+            "{e}"
+        );
+        // `--flag value` is not a value: the word is the model, as in vLLM.
+        let e = err("some-model --trust-remote-code true");
+        assert!(e.contains("more than one model"), "{e}");
+    }
+
+    #[test]
+    fn underscore_alias_and_negation_spellings_are_the_same_flag() {
+        let base =
+            parse("--max-num-seqs 64 --tensor-parallel-size 1 --no-enable-prefix-caching").unwrap();
+        for line in [
+            "--max_num_seqs=64 -tp 1 --disable-prefix-caching",
+            "--max-num-seqs=64 -tp=1 --enable-prefix-caching=false",
+            "--max_num_seqs 64 --tensor_parallel_size 1 --enable_prefix_caching=false",
+            "--max-num-seqs 8 --max-num-seqs 64 --enable-prefix-caching --no-enable-prefix-caching",
+        ] {
+            let a = parse(line).unwrap();
+            assert_eq!(a.config.serve, base.config.serve, "{line}");
+            assert_eq!(a.config.knobs, base.config.knobs, "{line}");
+        }
+        // The last of --x / --no-x wins, as in argparse.
+        assert!(
+            parse("--no-enable-prefix-caching --enable-prefix-caching")
+                .unwrap()
+                .config
+                .knobs
+                .enable_prefix_caching
+        );
+        let a = parse("--device-memory-utilization 0.5 -q fp8 -O3").unwrap();
+        assert_eq!(a.config.serve.gpu_memory_utilization, Some(0.5));
+        assert!(a.config.serve.quantization.is_some());
+        assert!(
+            a.notes.iter().any(|n| n.contains("--optimization-level")),
+            "{:?}",
+            a.notes
+        );
+    }
+
+    #[test]
+    fn values_are_checked_as_vllm_checks_them_naming_the_flag() {
+        for (line, flag, why) in [
+            ("--max-num-seqs 0", "--max-num-seqs", ">= 1"),
+            (
+                "--max-num-batched-tokens 0",
+                "--max-num-batched-tokens",
+                ">= 1",
+            ),
+            (
+                "--gpu-memory-utilization 0",
+                "--gpu-memory-utilization",
+                "(0, 1]",
+            ),
+            (
+                "--gpu-memory-utilization 1.01",
+                "--gpu-memory-utilization",
+                "(0, 1]",
+            ),
+            ("--block-size 0", "--block-size", "> 0"),
+            ("--block-size x", "--block-size", "integer"),
+            ("--watermark 1", "--watermark", "[0, 1)"),
+            (
+                "--scheduling-policy lifo",
+                "--scheduling-policy",
+                "fcfs, priority",
+            ),
+            ("--dtype float8", "--dtype", "bfloat16"),
+            ("-tp 0", "--tensor-parallel-size", ">= 1"),
+            (
+                "--max-num-batched-tokens 1.5K",
+                "--max-num-batched-tokens",
+                "integer",
+            ),
+        ] {
+            let e = err(line);
+            assert!(
+                e.starts_with(&format!("{flag}:")) && e.contains(why),
+                "{line}: {e}"
+            );
+        }
+        // Dotted keys belong to vLLM's JSON flags only.
+        let e = err("--max-num-seqs.x 3");
+        assert!(e.starts_with("--max-num-seqs.x: unknown flag"), "{e}");
+        assert_eq!(
+            parse("--max-model-len -1")
+                .unwrap()
+                .config
+                .serve
+                .max_model_len,
+            MaxModelLen::Auto
+        );
+        let a = parse("--max-num-batched-tokens 8k --max-model-len 32K").unwrap();
+        assert_eq!(a.config.serve.max_num_batched_tokens, Some(8000));
+        assert_eq!(a.config.serve.max_model_len, MaxModelLen::Tokens(32768));
+        assert_eq!(
+            parse("--max-model-len auto")
+                .unwrap()
+                .config
+                .serve
+                .max_model_len,
+            MaxModelLen::Auto
+        );
+    }
+
+    #[test]
+    fn defaults_are_vllms_from_the_table() {
+        let t = vllm_flags::table();
+        let a = parse("").unwrap();
+        // Every knob and serve setting of an empty command line is what twin-cost and the
+        // driver default to: the three places agree with the table.
+        assert_eq!(a.config.knobs, crate::driver::SchedulerKnobs::default());
+        assert_eq!(a.config.serve, twin_cost::ServeConfig::default());
+        assert_eq!(t.flag("watermark").default_f64(), Some(0.0));
+        assert_eq!(
+            t.flag("cache_aware_admission_threshold").default_f64(),
+            Some(0.5)
+        );
+        assert_eq!(
+            t.flag("scheduler_reserve_full_isl").default_bool(),
+            Some(true)
+        );
+        assert_eq!(t.flag("scheduling_policy").default_str(), Some("fcfs"));
+        assert_eq!(t.flag("seed").default_usize(), Some(0));
+        // Left at None by argparse, resolved later by vLLM (and by twin-cost the same way).
+        for dest in [
+            "gpu_memory_utilization",
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+        ] {
+            assert!(t.flag(dest).default.is_null(), "{dest}");
+        }
+        let class = |n: &str| t.class_default(n).and_then(|v| v.as_f64()).unwrap();
+        assert_eq!(
+            class("CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION"),
+            twin_cost::memory_plan::DEFAULT_GPU_MEMORY_UTILIZATION
+        );
+        assert_eq!(
+            class("SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS"),
+            f64::from(twin_cost::memory_plan::SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS)
+        );
+        let h100 = twin_cost::gpu::lookup("h100-sxm").unwrap();
+        let llama = twin_cost::model::lookup(DEFAULT_MODEL).unwrap();
+        assert_eq!(
+            class("CacheConfig.DEFAULT_BLOCK_SIZE"),
+            f64::from(twin_cost::memory_plan::default_block_size(h100, &llama))
+        );
+        // gpu_memory_utilization resolves to the class default once the extensible KV cache
+        // (a twin-cost setting, not a simulate flag) is off.
+        let mut cfg = a.config.clone();
+        cfg.serve.enable_extensible_kv_cache = Some(false);
+        let s = crate::startup(&cfg).unwrap();
+        assert_eq!(s.plan.config.gpu_memory_utilization, 0.92);
+        assert_eq!(s.scheduler.block_size, 64);
+    }
+
+    #[test]
+    fn max_num_seqs_and_batched_tokens_default_to_vllms_usage_context_tiers() {
+        let t = vllm_flags::table();
+        let row = |tier: &str| {
+            t.batch_defaults()
+                .iter()
+                .find(|b| b.tier == tier && b.usage_context == "OPENAI_API_SERVER")
+                .unwrap()
+                .clone()
+        };
+        for (gpu, tier) in [
+            ("h100-sxm", "ge70gib"),
+            ("a100-80gb", "a100"),
+            ("b200", "ge160gib"),
+            ("l4", "small"),
+        ] {
+            let a = parse(&format!("--gpu {gpu} --max-model-len 4096")).unwrap();
+            let s = crate::startup(&a.config).unwrap();
+            let b = row(tier);
+            assert_eq!(s.scheduler.max_num_seqs as u64, b.max_num_seqs, "{gpu}");
+            assert_eq!(
+                s.scheduler.max_num_batched_tokens as u64, b.max_num_batched_tokens,
+                "{gpu}"
+            );
+            for ctx in [
+                twin_cost::memory_plan::UsageContext::OpenAiApiServer,
+                twin_cost::memory_plan::UsageContext::LlmClass,
+            ] {
+                let name = match ctx {
+                    twin_cost::memory_plan::UsageContext::LlmClass => "LLM_CLASS",
+                    _ => "OPENAI_API_SERVER",
+                };
+                let want = t
+                    .batch_defaults()
+                    .iter()
+                    .find(|r| r.tier == tier && r.usage_context == name)
+                    .unwrap();
+                let got = twin_cost::memory_plan::batch_defaults(
+                    twin_cost::gpu::lookup(gpu).unwrap(),
+                    ctx,
+                );
+                assert_eq!(
+                    u64::from(got.max_num_seqs),
+                    want.max_num_seqs,
+                    "{gpu} {name}"
+                );
+                assert_eq!(
+                    u64::from(got.max_num_batched_tokens),
+                    want.max_num_batched_tokens,
+                    "{gpu} {name}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scheduler_config_default_is_vllms() {
+        let t = vllm_flags::table();
+        let d = twin_engine::SchedulerConfig::default();
+        let class = |n: &str| t.class_default(n).and_then(|v| v.as_u64()).unwrap() as usize;
+        assert_eq!(d.block_size, class("CacheConfig.DEFAULT_BLOCK_SIZE"));
+        assert_eq!(
+            d.max_num_batched_tokens,
+            class("SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS")
+        );
+        assert_eq!(d.max_num_scheduled_tokens, d.max_num_batched_tokens);
+        assert_eq!(
+            d.max_num_seqs,
+            class("SchedulerConfig.DEFAULT_MAX_NUM_SEQS")
+        );
+        // The rest are the knobs of an empty command line (the table's defaults).
+        let k = crate::driver::SchedulerKnobs::default();
+        assert_eq!(d.max_num_active_seqs, k.max_num_active_seqs);
+        assert_eq!(
+            d.long_prefill_token_threshold,
+            k.long_prefill_token_threshold
+        );
+        assert_eq!(
+            d.long_prefill_token_threshold_adaptive,
+            k.long_prefill_token_threshold_adaptive
+        );
+        assert_eq!(d.enable_prefix_caching, k.enable_prefix_caching);
+        assert_eq!(d.policy, k.policy);
+        assert_eq!(d.watermark, k.watermark);
+        assert_eq!(d.scheduler_reserve_full_isl, k.scheduler_reserve_full_isl);
+        assert_eq!(d.prefill_schedule_interval, k.prefill_schedule_interval);
+        assert_eq!(
+            d.cache_aware_admission_window,
+            k.cache_aware_admission_window
+        );
+        assert_eq!(
+            d.cache_aware_admission_threshold,
+            k.cache_aware_admission_threshold
+        );
+        let serve = twin_cost::ServeConfig::default();
+        assert_eq!(d.enable_chunked_prefill, serve.enable_chunked_prefill);
+        assert_eq!(d.async_scheduling, serve.async_scheduling);
+        assert_eq!(
+            d.pipeline_parallel_size as u64,
+            t.flag("pipeline_parallel_size").default.as_u64().unwrap()
+        );
+        assert_eq!(
+            d.kv_cache_metrics_sample.is_some(),
+            t.flag("kv_cache_metrics").default_bool().unwrap()
+        );
+        assert!(d.validate().is_ok());
+    }
+
     #[test]
     fn typos_are_rejected_with_a_suggestion() {
+        let e = err("--max-num-seq 8");
+        assert!(e.contains("did you mean --max-num-seqs"), "{e}");
+        let e = err("--enable-prefix-cachng");
+        assert!(e.contains("did you mean --enable-prefix-caching"), "{e}");
+        let e = err("--num-request 5");
+        assert!(e.contains("did you mean --num-requests"), "{e}");
         let e = parse("--max-num-batched-token 4096")
             .unwrap_err()
             .to_string();

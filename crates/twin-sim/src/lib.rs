@@ -10,6 +10,7 @@ pub mod metrics_bridge;
 pub mod observe;
 pub mod quantiles;
 pub mod report;
+pub mod vllm_flags;
 
 pub use driver::{run, startup, SchedulerKnobs, SimConfig, Startup};
 pub use report::{Report, ReportBuilder, Slo};

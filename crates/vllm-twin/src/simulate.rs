@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use twin_sim::driver::RequestTimes;
-use twin_sim::engine_args::{parse_simulate_args, twin_flags_help};
+use twin_sim::engine_args::{parse_simulate_args, simulate_command, MODELLED_VLLM_FLAGS};
 use twin_sim::metrics_bridge::MetricsObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample, Tee};
 use twin_sim::{ReportBuilder, SimError};
@@ -67,13 +67,11 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         .iter()
         .any(|a| a == "--help" || a == "-h" || a == "--help-flags")
     {
-        println!(
-            "vllm-twin simulate [MODEL] [vllm serve flags] [twin flags]\n\n\
-             vLLM flags keep their names and 0.34 defaults (e.g. --max-num-batched-tokens,\n\
-             --max-num-seqs, --gpu-memory-utilization, --kv-cache-dtype, --enable-prefix-caching).\n\n\
-             Twin flags:\n{}",
-            twin_flags_help()
+        let mut cmd = simulate_command("vllm-twin simulate", MODELLED_VLLM_FLAGS).about(
+            "Simulate a workload on a modelled GPU + model + vLLM flags, in virtual time.\n\
+             vLLM flags keep their names, spellings and 0.34 defaults: paste a `vllm serve` line.",
         );
+        println!("{}", cmd.render_help());
         return Ok(ExitCode::SUCCESS);
     }
     let read = |p: &str| fs::read_to_string(p).map_err(|e| e.to_string());

@@ -149,7 +149,7 @@ fn out_dir_gets_report_timeseries_and_charts() {
 
 #[test]
 fn bad_input_is_a_clear_error_not_a_panic() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &["simulate", "--max-num-batched-token", "4096"],
             "did you mean --max-num-batched-tokens",
@@ -165,6 +165,18 @@ fn bad_input_is_a_clear_error_not_a_panic() {
             "--workload",
         ),
         (&["simulate", "--max-num-seqs", "abc"], "--max-num-seqs"),
+        (
+            &["simulate", "--max-num-seqs", "0"],
+            "--max-num-seqs: 0 must be >= 1",
+        ),
+        (
+            &["simulate", "--enable-prefix-caching=yes"],
+            "--enable-prefix-caching: \"yes\" is not one of true, false",
+        ),
+        (
+            &["simulate", "--gpu-memory-utilization", "1.5"],
+            "--gpu-memory-utilization: 1.5 must be in (0, 1]",
+        ),
     ];
     for (args, needle) in cases {
         let out = twin(args);
@@ -233,4 +245,23 @@ fn kit_writes_every_file_and_rejects_a_bad_slo() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("ttft_slo_s"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn help_comes_from_the_flag_table() {
+    let out = twin(&["simulate", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "--max-num-seqs <MAX_NUM_SEQS>",
+        "Maximum number of sequences to be processed in a single iteration.",
+        "--enable-prefix-caching[=<true|false>]",
+        "[-tp]",
+        "--workload <NAME|FILE>",
+        "--no-coast-decodes",
+    ] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+    // Unmodelled vLLM flags are accepted but not listed.
+    assert!(!help.contains("--uvicorn-log-level"));
 }

@@ -1,0 +1,249 @@
+//! `vllm-twin serve`'s command line: `simulate`'s (MODEL, every `vllm serve` flag from vLLM
+//! 0.34's table, the simulator's flags) plus the server's own, parsed once by clap. The vLLM
+//! flags the OpenAI frontend owns (`--host`, `--port`, `--api-key`, ...) keep vLLM's meaning and
+//! defaults; the rest of vLLM's flags go to the simulator.
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use twin_sim::engine_args::{
+    clap_error, parse_duration_s, simulate_command, simulate_from_matches, VllmValues,
+    MODELLED_VLLM_FLAGS,
+};
+use twin_sim::vllm_flags;
+
+use crate::server::ServeConfig;
+
+/// vLLM flags the server models itself (on top of the simulator's).
+pub const SERVE_VLLM_FLAGS: &[&str] = &[
+    "host",
+    "port",
+    "api_key",
+    "max_num_queued_reqs",
+    "max_num_queued_tokens",
+    "enable_force_include_usage",
+    "enable_prompt_tokens_details",
+    "response_role",
+];
+
+/// The server's own flags (not vLLM's): (name, value name or `None` for a boolean, help).
+pub const SERVE_FLAGS: &[(&str, Option<&str>, &str)] = &[
+    (
+        "time-scale",
+        Some("X"),
+        "engine seconds per wall second (default 1; 0.1 = slow motion)",
+    ),
+    (
+        "dcgm-port",
+        Some("PORT"),
+        "DCGM exporter listener port (default 9400, 0 = off)",
+    ),
+    (
+        "fail-rate",
+        Some("SHARE"),
+        "share of generation requests answered 500 (default 0)",
+    ),
+    (
+        "slow-start",
+        Some("DURATION"),
+        "wait this long (e.g. 20s) before listening, like model loading",
+    ),
+    (
+        "echo",
+        None,
+        "generated text repeats the prompt instead of filler",
+    ),
+    (
+        "max-request-body-bytes",
+        Some("BYTES"),
+        "413 above this body size (default 32 MiB)",
+    ),
+];
+
+/// `serve`'s clap command (also renders `--help`).
+pub fn serve_command() -> Command {
+    let shown: Vec<&str> = MODELLED_VLLM_FLAGS
+        .iter()
+        .chain(SERVE_VLLM_FLAGS)
+        .copied()
+        .collect();
+    simulate_command("vllm-twin serve", &shown).args(SERVE_FLAGS.iter().map(
+        |&(name, value, help)| {
+            let arg = Arg::new(name)
+                .long(name)
+                .help(help)
+                .help_heading("Server flags");
+            match value {
+                Some(v) => arg.value_name(v).action(ArgAction::Set).num_args(1),
+                None => vllm_flags::bool_arg(arg),
+            }
+        },
+    ))
+}
+
+fn err(flag: &str, msg: impl std::fmt::Display) -> String {
+    format!("{flag}: {msg}")
+}
+
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.trim()
+        .parse()
+        .map_err(|_| err(flag, format!("{v:?} is not a valid number")))
+}
+
+/// Parse `serve`'s argv. Errors name the flag.
+pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, String> {
+    let argv = vllm_flags::normalize_argv(args);
+    let m = serve_command()
+        .try_get_matches_from(&argv)
+        .map_err(|e| clap_error(e, "serve").to_string())?;
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
+    let sim =
+        simulate_from_matches(&m, &argv, SERVE_VLLM_FLAGS, &read).map_err(|e| e.to_string())?;
+    serve_config(&m, sim)
+}
+
+fn serve_config(
+    m: &ArgMatches,
+    sim: twin_sim::engine_args::SimulateArgs,
+) -> Result<ServeConfig, String> {
+    let v = VllmValues::new(m);
+    let own = |id: &str| m.get_one::<String>(id).map(String::as_str);
+    let mut c = ServeConfig {
+        sim,
+        // vLLM binds every interface by default; the twin stays local unless asked.
+        host: v.cli_str("host").unwrap_or("127.0.0.1").to_string(),
+        port: num("--port", &v.str("port").unwrap_or_default())?,
+        dcgm_port: Some(9400),
+        api_keys: m
+            .get_many::<String>("api_key")
+            .map(|keys| keys.cloned().collect())
+            .unwrap_or_default(),
+        time_scale: 1.0,
+        fail_rate: 0.0,
+        slow_start_s: 0.0,
+        echo: m.get_one::<bool>("echo").copied().unwrap_or(false),
+        max_body_bytes: 32 << 20,
+        max_num_queued_reqs: v
+            .cli_str("max_num_queued_reqs")
+            .map(|x| num("--max-num-queued-reqs", x))
+            .transpose()?,
+        max_num_queued_tokens: v
+            .cli_str("max_num_queued_tokens")
+            .map(|x| {
+                vllm_flags::parse_human_int(x)
+                    .map(|n| n as usize)
+                    .ok_or_else(|| {
+                        err(
+                            "--max-num-queued-tokens",
+                            format!("{x:?} is not an integer"),
+                        )
+                    })
+            })
+            .transpose()?,
+        enable_force_include_usage: v.flag("enable_force_include_usage").unwrap_or(false),
+        enable_prompt_tokens_details: v.flag("enable_prompt_tokens_details").unwrap_or(false),
+        response_role: v.str("response_role").unwrap_or_else(|| "assistant".into()),
+    };
+    if let Some(x) = own("time-scale") {
+        let x: f64 = num("--time-scale", x)?;
+        if !(x.is_finite() && x > 0.0) {
+            return Err(err("--time-scale", "must be > 0"));
+        }
+        c.time_scale = x;
+    }
+    if let Some(x) = own("dcgm-port") {
+        let p: u16 = num("--dcgm-port", x)?;
+        c.dcgm_port = (p != 0).then_some(p);
+    }
+    if let Some(x) = own("fail-rate") {
+        let x: f64 = num("--fail-rate", x)?;
+        if !(0.0..=1.0).contains(&x) {
+            return Err(err("--fail-rate", "must be in [0, 1]"));
+        }
+        c.fail_rate = x;
+    }
+    if let Some(x) = own("slow-start") {
+        c.slow_start_s = parse_duration_s("--slow-start", x).map_err(|e| e.to_string())?;
+    }
+    if let Some(x) = own("max-request-body-bytes") {
+        c.max_body_bytes = num("--max-request-body-bytes", x)?;
+    }
+    if c.api_keys.is_empty() {
+        if let Ok(k) = std::env::var("VLLM_API_KEY") {
+            if !k.is_empty() {
+                c.api_keys.push(k);
+            }
+        }
+    }
+    if c.sim.config.data_parallel_size > 1 {
+        c.sim.notes.push(
+            "--data-parallel-size: serve runs one engine (DP ranks are not modelled in real time)"
+                .into(),
+        );
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<ServeConfig, String> {
+        let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        parse_serve_args(&argv)
+    }
+
+    #[test]
+    fn the_command_is_well_formed() {
+        serve_command().debug_assert();
+        for dest in SERVE_VLLM_FLAGS {
+            assert!(vllm_flags::table().get(dest).is_some(), "{dest}");
+        }
+    }
+
+    #[test]
+    fn vllm_frontend_flags_keep_vllms_defaults_and_spellings() {
+        let c = parse("").unwrap();
+        assert_eq!(c.port, 8000);
+        assert_eq!(c.response_role, "assistant");
+        assert_eq!(c.host, "127.0.0.1");
+        assert!(!c.enable_force_include_usage && !c.echo);
+        let c = parse(
+            "--port=8001 --host 0.0.0.0 --api_key k1 k2 --enable-force-include-usage \
+             --max-num-queued-tokens 8k --uvicorn-log-level info --time-scale 0.5 --echo",
+        )
+        .unwrap();
+        assert_eq!((c.port, c.host.as_str()), (8001, "0.0.0.0"));
+        assert_eq!(c.api_keys, ["k1", "k2"]);
+        assert!(c.enable_force_include_usage && c.echo);
+        assert_eq!(c.max_num_queued_tokens, Some(8000));
+        assert_eq!(c.time_scale, 0.5);
+        // The frontend's flags are modelled here, so only the truly unmodelled one is noted.
+        assert_eq!(c.sim.notes.len(), 1, "{:?}", c.sim.notes);
+        assert!(c.sim.notes[0].starts_with("--uvicorn-log-level"));
+        assert!(
+            !parse("--enable-force-include-usage --disable-force-include-usage")
+                .unwrap()
+                .enable_force_include_usage
+        );
+    }
+
+    #[test]
+    fn bad_values_and_typos_name_the_flag() {
+        for (line, flag) in [
+            ("--echo=maybe", "--echo:"),
+            (
+                "--enable-prompt-tokens-details=yes",
+                "--enable-prompt-tokens-details:",
+            ),
+            ("--port http", "--port:"),
+            ("--time-scale 0", "--time-scale:"),
+            ("--fail-rate 2", "--fail-rate:"),
+            ("--max-num-queued-reqs -1", "--max-num-queued-reqs:"),
+        ] {
+            let e = parse(line).unwrap_err();
+            assert!(e.starts_with(flag), "{line}: {e}");
+        }
+        let e = parse("--time-scal 2").unwrap_err();
+        assert!(e.contains("did you mean --time-scale"), "{e}");
+    }
+}
