@@ -415,6 +415,17 @@ impl ServeConfig {
                 reason: "must be >= 1".into(),
             });
         }
+        // CudaPlatform.get_valid_backends: every CUDA attention backend's kernel pages are
+        // multiples of 16 (FlashAttention, Triton, FlexAttention `MultipleOf(16)`; FlashInfer
+        // 16/32/64), so vLLM finds no backend for any other block size.
+        if !gpu.is_rocm() && block_size % 16 != 0 {
+            return Err(CostError::InvalidConfig {
+                field: "block_size",
+                reason: format!(
+                    "no CUDA attention backend supports block_size {block_size}: FlashAttention, FlashInfer and Triton need a multiple of 16"
+                ),
+            });
+        }
         // _resolve_extensible_kv_cache: on for CUDA/ROCm unless the KV size is given explicitly.
         let extensible_supported =
             self.kv_cache_memory_bytes.is_none() && self.num_gpu_blocks_override.is_none();

@@ -126,8 +126,9 @@ impl Default for Controls {
 
 /// The KV cache dtypes the page offers (vLLM 0.34's `--kv-cache-dtype` choices the twin models).
 pub const KV_CACHE_DTYPES: &[&str] = &["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"];
-/// `--block-size` choices (vLLM 0.34: 1, 8, 16, 32, 64, 128; 0 = default).
-pub const BLOCK_SIZES: &[u32] = &[0, 8, 16, 32, 64, 128];
+/// `--block-size` values the page offers (0 = default). vLLM 0.34 takes any positive integer,
+/// but every CUDA attention backend needs a multiple of 16.
+pub const BLOCK_SIZES: &[u32] = &[0, 16, 32, 64, 128];
 /// Longest run the sandbox accepts, in virtual seconds.
 pub const MAX_DURATION_S: f64 = 3600.0;
 /// Requests one open-loop run may offer (rate × duration × turns). A run past the engine's
@@ -242,7 +243,7 @@ impl Controls {
             return Err(ControlError::new(
                 "block_size",
                 format!(
-                    "{} is not one of 8, 16, 32, 64, 128 (0 = default)",
+                    "{} is not one of 16, 32, 64, 128 (0 = default)",
                     self.block_size
                 ),
             ));

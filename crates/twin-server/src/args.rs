@@ -145,8 +145,9 @@ fn serve_config(
     };
     if let Some(x) = own("time-scale") {
         let x: f64 = num("--time-scale", x)?;
-        if !(x.is_finite() && x > 0.0) {
-            return Err(err("--time-scale", "must be > 0"));
+        // Step times are divided by it and slept: 1e-300 once overflowed the sleep.
+        if !(1e-3..=1e3).contains(&x) {
+            return Err(err("--time-scale", "must be in [0.001, 1000]"));
         }
         c.time_scale = x;
     }
@@ -163,6 +164,9 @@ fn serve_config(
     }
     if let Some(x) = own("slow-start") {
         c.slow_start_s = parse_duration_s("--slow-start", x).map_err(|e| e.to_string())?;
+        if c.slow_start_s > 3600.0 {
+            return Err(err("--slow-start", "must be at most 1h"));
+        }
     }
     if let Some(x) = own("max-request-body-bytes") {
         c.max_body_bytes = num("--max-request-body-bytes", x)?;

@@ -173,12 +173,22 @@ pub fn twin_args(heading: &'static str) -> Vec<Arg> {
         .map(|&(name, value, help)| {
             let arg = Arg::new(name).long(name).help(help).help_heading(heading);
             match value {
-                Some(v) => arg.value_name(v).action(ArgAction::Set).num_args(1),
+                // A value may start with '-' (`--request-rate -inf`): it reaches the range
+                // check and gets an error naming the flag, not "unknown flag -i".
+                Some(v) => arg
+                    .value_name(v)
+                    .action(ArgAction::Set)
+                    .num_args(1)
+                    .allow_hyphen_values(true),
                 None => vllm_flags::bool_arg(arg),
             }
         })
         .collect()
 }
+
+/// The largest data-, tensor- or pipeline-parallel size the twin models: each rank costs an
+/// engine or a memory plan of its own, and no deployment runs more ranks of one kind.
+pub const MAX_PARALLEL_SIZE: usize = 512;
 
 /// `simulate`'s command: MODEL, every `vllm serve` flag from the table, the twin's flags.
 /// Parse argv that went through [`vllm_flags::normalize_argv`].
@@ -377,7 +387,15 @@ pub fn parse_duration_s(flag: &str, v: &str) -> Result<f64, SimError> {
     if !(x.is_finite() && x > 0.0) {
         return Err(cfg_err(flag, "must be a positive duration like 15s"));
     }
-    Ok(x * mult)
+    let s = x * mult;
+    // Durations become timers and per-second series: `--slow-start 1e300s` once panicked.
+    if s > twin_workload::MAX_SPAN_S {
+        return Err(cfg_err(
+            flag,
+            format!("{v} is beyond the twin's limit of 7 days (docs/limits.md)"),
+        ));
+    }
+    Ok(s)
 }
 
 /// A named workload preset: (input, output, shared prefix) in the spirit of common benchmarks.
@@ -709,22 +727,25 @@ pub fn simulate_from_matches(
             Arrivals::Closed { concurrency: c }
         } else {
             let r = rate.unwrap_or(default_rate);
-            if r.is_infinite() && profile.is_none() {
+            if r == f64::INFINITY && profile.is_none() {
                 Arrivals::Closed {
                     concurrency: concurrency.unwrap_or(1024),
                 }
             } else {
-                if r.is_nan() || r <= 0.0 {
-                    return Err(cfg_err("--request-rate", "must be > 0 (or inf)"));
+                if !(r > 0.0 && r.is_finite()) {
+                    return Err(cfg_err(
+                        "--request-rate",
+                        format!("{r} must be > 0 (or inf)"),
+                    ));
+                }
+                if let Some(b) = burstiness {
+                    if !(b.is_finite() && b > 0.0) {
+                        return Err(cfg_err("--burstiness", format!("{b} must be > 0")));
+                    }
                 }
                 let shape = match (constant, burstiness) {
                     (true, _) => ArrivalShape::Constant,
-                    (false, Some(b)) if (b - 1.0).abs() > f64::EPSILON => {
-                        if b.is_nan() || b <= 0.0 {
-                            return Err(cfg_err("--burstiness", "must be > 0"));
-                        }
-                        ArrivalShape::Gamma { burstiness: b }
-                    }
+                    (false, Some(b)) if b != 1.0 => ArrivalShape::Gamma { burstiness: b },
                     _ => ArrivalShape::Poisson,
                 };
                 Arrivals::Open(ArrivalProcess {
@@ -763,6 +784,27 @@ pub fn simulate_from_matches(
     };
     if dp == 0 {
         return Err(cfg_err("--data-parallel-size", "must be >= 1"));
+    }
+    // Each rank is an engine (or a memory plan) of its own: 100,000 DP ranks once took 16 GB.
+    for (flag, size) in [
+        ("--data-parallel-size", dp),
+        (
+            "--tensor-parallel-size",
+            serve.tensor_parallel_size as usize,
+        ),
+        (
+            "--pipeline-parallel-size",
+            serve.pipeline_parallel_size as usize,
+        ),
+    ] {
+        if size > MAX_PARALLEL_SIZE {
+            return Err(cfg_err(
+                flag,
+                format!(
+                    "{size} is beyond the twin's limit of {MAX_PARALLEL_SIZE} (docs/limits.md)"
+                ),
+            ));
+        }
     }
     let config = SimConfig {
         model,
