@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(trace_reader scenario_reader metrics_parser hf_config_reader)
+[ ${#targets[@]} -gt 0 ] || targets=(trace_reader scenario_reader metrics_parser hf_config_reader vllm_flags)
 shared=../../shared
 
 seed() { # seed TARGET FILE [MAX_LINES]
@@ -28,6 +28,7 @@ for f in "$shared"/reference/scrapes/*.prom "$shared"/reference/golden/*.prom "$
   seed metrics_parser "$f" 300
 done
 for f in seeds/hf_config_reader/*.json; do seed hf_config_reader "$f"; done
+for f in seeds/vllm_flags/*.txt; do seed vllm_flags "$f"; done
 
 export RUSTC_BOOTSTRAP=1
 for t in "${targets[@]}"; do

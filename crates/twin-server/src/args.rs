@@ -5,8 +5,8 @@
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use twin_sim::engine_args::{
-    clap_error, parse_duration_s, simulate_command, simulate_from_matches, VllmValues,
-    MODELLED_VLLM_FLAGS,
+    checked_argv, clap_error, parse_duration_s, simulate_command, simulate_from_matches,
+    VllmValues, MODELLED_VLLM_FLAGS,
 };
 use twin_sim::vllm_flags;
 
@@ -91,7 +91,7 @@ fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
 
 /// Parse `serve`'s argv. Errors name the flag.
 pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, String> {
-    let argv = vllm_flags::normalize_argv(args);
+    let argv = checked_argv(args).map_err(|e| e.to_string())?;
     let m = serve_command()
         .try_get_matches_from(&argv)
         .map_err(|e| clap_error(e, "serve").to_string())?;

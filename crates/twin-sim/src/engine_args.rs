@@ -467,14 +467,52 @@ pub fn scheduler_knobs(v: &VllmValues<'_>) -> Result<crate::driver::SchedulerKno
     })
 }
 
+/// Arguments on one command line.
+pub const MAX_ARGS: usize = 4096;
+/// Bytes in one argument (a `--speculative-config` JSON fits many times over).
+pub const MAX_ARG_BYTES: usize = 1 << 20;
+/// Bytes in a flag's name: clap's "did you mean" compares an unknown name with all 700
+/// spellings in time quadratic in its length, so a 10 KB name once took half a second.
+pub const MAX_FLAG_NAME_BYTES: usize = 128;
+
+/// [`vllm_flags::normalize_argv`] after the command line's size checks (docs/limits.md).
+pub fn checked_argv(args: &[String]) -> Result<Vec<String>, SimError> {
+    if args.len() > MAX_ARGS {
+        return Err(cfg_err(
+            "argv",
+            format!("{} arguments; at most {MAX_ARGS}", args.len()),
+        ));
+    }
+    for a in args {
+        let name = a.split('=').next().unwrap_or(a);
+        if a.len() > MAX_ARG_BYTES || (a.starts_with('-') && name.len() > MAX_FLAG_NAME_BYTES) {
+            let shown: String = a.chars().take(40).collect();
+            return Err(cfg_err(
+                &shown,
+                format!(
+                    "an argument of {} bytes is too long (flag names up to {MAX_FLAG_NAME_BYTES}, values up to {MAX_ARG_BYTES})",
+                    a.len()
+                ),
+            ));
+        }
+    }
+    Ok(vllm_flags::normalize_argv(args))
+}
+
 /// Parse `simulate`'s arguments. `read_file` loads `--workload FILE` / `--model-config`.
 pub fn parse_simulate_args(
     args: &[String],
     read_file: &dyn Fn(&str) -> Result<String, String>,
 ) -> Result<SimulateArgs, SimError> {
-    let argv = vllm_flags::normalize_argv(args);
-    let matches = simulate_command("simulate", MODELLED_VLLM_FLAGS)
-        .try_get_matches_from(&argv)
+    // Building (or cloning) the 350-argument command costs ten times the parse itself, and the
+    // sandbox and the fuzzer parse thousands of lines: one built command per thread, reused.
+    thread_local! {
+        static COMMAND: std::cell::RefCell<Command> =
+            std::cell::RefCell::new(simulate_command("simulate", MODELLED_VLLM_FLAGS));
+    }
+    let argv = checked_argv(args)?;
+    let matches = COMMAND
+        .with_borrow_mut(|c| c.try_get_matches_from_mut(&argv))
         .map_err(|e| clap_error(e, "simulate"))?;
     simulate_from_matches(&matches, &argv, &[], read_file)
 }
