@@ -172,6 +172,12 @@ fn expand_generators(scn: &Map<String, Value>) -> Result<Vec<Map<String, Value>>
                     .ok_or_else(|| field_err(at("count"), "missing"))?,
                 &at("count"),
             )?;
+            if count > MAX_REQUESTS as u64 {
+                return Err(field_err(
+                    at("count"),
+                    format!("{count} requests; a scenario holds at most {MAX_REQUESTS}"),
+                ));
+            }
             let prefix = match g.get("id_prefix") {
                 None => "g".to_string(),
                 Some(Value::String(s)) => s.clone(),
@@ -216,6 +222,11 @@ fn expand_generators(scn: &Map<String, Value>) -> Result<Vec<Map<String, Value>>
     }
     Ok(reqs)
 }
+
+/// Requests one scenario may hold (after `generate` expands).
+pub const MAX_REQUESTS: usize = 100_000;
+/// Tokens in one scenario prompt (scenarios are small, hand-checked cases).
+pub const MAX_PROMPT_TOKENS: usize = 1 << 20;
 
 /// The longest scenario name (it becomes a file name: `<name>.jsonl`).
 pub const MAX_NAME_BYTES: usize = 200;
@@ -264,6 +275,15 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
     let config = engine_config(&eng)?;
     let max_steps = opt_u64(scn.get("max_steps"), "max_steps")?.unwrap_or(100_000);
     let requests = resolve_requests(scn)?;
+    if requests.len() > MAX_REQUESTS {
+        return Err(field_err(
+            "requests",
+            format!(
+                "{} requests; a scenario holds at most {MAX_REQUESTS}",
+                requests.len()
+            ),
+        ));
+    }
     validate(&eng, &config, &requests)?;
     Ok(Scenario {
         name,
@@ -367,6 +387,13 @@ fn resolve_requests(scn: &Map<String, Value>) -> Result<Vec<ResolvedRequest>, Sc
                 })?,
                 &at("prompt_len"),
             )? as usize;
+            // Checked before the prompt's tokens are made.
+            if plen > MAX_PROMPT_TOKENS {
+                return Err(field_err(
+                    at("prompt_len"),
+                    format!("{plen} tokens; a scenario prompt holds at most {MAX_PROMPT_TOKENS}"),
+                ));
+            }
             let mut toks = Vec::new();
             if let Some(g) = r.get("prefix_group").filter(|v| !v.is_null()) {
                 let g = g
@@ -410,6 +437,16 @@ fn resolve_requests(scn: &Map<String, Value>) -> Result<Vec<ResolvedRequest>, Sc
                 .ok_or_else(|| field_err(at("max_tokens"), "missing"))?,
             &at("max_tokens"),
         )? as usize;
+        // The scheduler adds max_tokens to the prompt length: 6e17 once overflowed it.
+        if max_tokens > twin_engine::config::MAX_TOKENS {
+            return Err(field_err(
+                at("max_tokens"),
+                format!(
+                    "{max_tokens} is beyond the twin's limit of {}",
+                    twin_engine::config::MAX_TOKENS
+                ),
+            ));
+        }
         out.push(ResolvedRequest {
             index: idx,
             arrival_step: opt_u64(r.get("arrival_step"), &at("arrival_step"))?.unwrap_or(0),

@@ -85,6 +85,20 @@ fn each_bad_field_is_named() {
             r#"{"name":"x","engine":{"max_model_len":18446744073709551615},"requests":[]}"#,
             "engine.max_model_len",
         ),
+        // Found by fuzz/scenario_reader: prompt + max_tokens overflowed in the running pass.
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":604444444444444444}]}"#,
+            "max_tokens",
+        ),
+        // Checked before a prompt's tokens or a group's requests are made.
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":1000000000000,"max_tokens":1}]}"#,
+            "prompt_len",
+        ),
+        (
+            r#"{"name":"x","generate":[{"count":1000000000,"prompt_len":5,"max_tokens":3}]}"#,
+            "count",
+        ),
     ];
     for (text, field) in cases {
         let e = err_of(text);
