@@ -132,14 +132,6 @@ impl ModelSpec {
         self.num_kv_heads * self.head_dim
     }
 
-    /// Output projection input width (heads x v dim).
-    pub fn o_dim(&self) -> u64 {
-        match &self.attention {
-            Attention::Gqa => self.num_attention_heads * self.head_dim,
-            Attention::Mla(m) => self.num_attention_heads * m.v_head_dim,
-        }
-    }
-
     /// Attention projection parameters of one layer (biases included, norms excluded).
     pub fn attention_params_per_layer(&self) -> u64 {
         let h = self.hidden_size;

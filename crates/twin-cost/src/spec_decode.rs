@@ -38,11 +38,6 @@ impl SpecMethod {
         }
     }
 
-    /// Whether drafting runs on the GPU (and adds draft KV layers and weights).
-    pub fn drafts_on_gpu(self) -> bool {
-        !matches!(self, SpecMethod::Ngram | SpecMethod::Suffix)
-    }
-
     /// Default conditional acceptance of draft position `i` (0-based) given all earlier ones
     /// were accepted. [U] typical chat-workload figures; MTP's first position follows the
     /// DeepSeek-V3 report (85-90% second-token acceptance) [S]. Override per deployment with
@@ -235,13 +230,6 @@ impl SpecDecodeConfig {
     /// Conditional acceptance of draft position `i` (0-based).
     pub fn acceptance(&self, i: usize) -> f64 {
         self.acceptance.get(i).copied().unwrap_or(0.0)
-    }
-
-    /// Probability that at least the first `n` drafts are accepted.
-    pub fn prob_prefix_accepted(&self, n: u32) -> f64 {
-        (0..n.min(self.num_speculative_tokens) as usize)
-            .map(|i| self.acceptance[i])
-            .product()
     }
 
     /// Expected accepted draft tokens per verify step: sum over n of P(first n accepted).

@@ -132,23 +132,6 @@ impl FamilySpec {
         self.registered_name
     }
 
-    /// Label names in declaration order.
-    pub fn label_names(&self) -> Vec<&'static str> {
-        match self.layout {
-            Layout::PerEngine => vec!["model_name", "engine"],
-            Layout::ExtraThenEngine | Layout::EngineThenPosition => {
-                vec!["model_name", "engine", self.extra_label.unwrap_or("")]
-            }
-            Layout::NoEngine => vec!["model_name", self.extra_label.unwrap_or("")],
-            Layout::CacheConfig => {
-                let mut v: Vec<&'static str> = CACHE_CONFIG_KEYS.to_vec();
-                v.push("engine");
-                v
-            }
-            Layout::Lora => vec!["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
-        }
-    }
-
     /// Whether `cfg` registers this family (at construction, or for
     /// [`Condition::EngineInitialized`], at `log_engine_initialized()`).
     pub fn enabled(&self, cfg: &MetricsConfig) -> bool {
