@@ -496,6 +496,11 @@ pub fn checked_argv(args: &[String]) -> Result<Vec<String>, SimError> {
             ));
         }
     }
+    // A pasted `vllm serve MODEL ...` line keeps its prefix.
+    let args = match args {
+        [vllm, serve, rest @ ..] if vllm == "vllm" && serve == "serve" => rest,
+        _ => args,
+    };
     Ok(vllm_flags::normalize_argv(args))
 }
 
@@ -924,6 +929,10 @@ mod tests {
             "{:?}",
             a.notes
         );
+        // Verbatim, `vllm serve` prefix and `-O3` included.
+        let b = parse("vllm serve Qwen/Qwen3-8B -O3 --max-num-seqs 64").unwrap();
+        assert_eq!(b.model_name, "Qwen/Qwen3-8B");
+        assert_eq!(b.config.serve.max_num_seqs, Some(64));
     }
 
     fn err(s: &str) -> String {
