@@ -250,15 +250,16 @@ fn list_models() -> Result<ExitCode> {
 
 fn list_gpus() -> Result<ExitCode> {
     println!(
-        "{:<12} {:<28} {:>9} {:>11} {:>14}",
+        "{:<12} {:<28} {:>10} {:>11} {:>14}",
         "key", "name", "memory", "HBM TB/s", "bf16 TFLOP/s"
     );
     for g in twin_cost::gpu::catalog() {
         println!(
-            "{:<12} {:<28} {:>6.0} GB {:>11.2} {:>14.0}",
+            // GiB, as nvidia-smi and the product names count (an H100 is "80GB": 79.6 GiB).
+            "{:<12} {:<28} {:>6.1} GiB {:>11.2} {:>14.0}",
             g.key,
             g.device_name,
-            g.memory_bytes as f64 / 1e9,
+            g.memory_bytes as f64 / (1u64 << 30) as f64,
             g.hbm_bandwidth_bytes_per_s / 1e12,
             g.bf16_dense_flops_per_s / 1e12
         );

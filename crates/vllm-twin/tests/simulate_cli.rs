@@ -265,3 +265,16 @@ fn help_comes_from_the_flag_table() {
     // Unmodelled vLLM flags are accepted but not listed.
     assert!(!help.contains("--uvicorn-log-level"));
 }
+
+#[test]
+fn gpus_lists_memory_in_gib_as_nvidia_smi_does() {
+    let out = twin(&["gpus"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let h100 = text
+        .lines()
+        .find(|l| l.starts_with("h100-sxm"))
+        .expect("h100-sxm listed");
+    // 80 GB of HBM3 is 79.6 GiB; "86 GB" was the byte count over 1e9.
+    assert!(h100.contains("79.6 GiB"), "{h100}");
+}
