@@ -53,6 +53,32 @@ pub fn synthetic_token(seed: u64, h: ReqHandle, index: usize, vocab_size: u32) -
     3 + (((z >> 32) * range) >> 32) as TokenId
 }
 
+/// The tokens a [`RandomTokens`] plan samples, keyed by position ([`synthetic_token`] with
+/// one seed and vocabulary). Coasting decodes (`sched::coasting`) get their tokens written
+/// through this type when their coast ends, so the scheduler never makes up a model's
+/// tokens itself and the runner's rule lives in one module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PositionKeyedTokens {
+    pub seed: u64,
+    pub vocab_size: u32,
+}
+
+impl PositionKeyedTokens {
+    /// The token `h` samples at `index` of its token ids.
+    #[inline]
+    pub fn token(&self, h: ReqHandle, index: usize) -> TokenId {
+        synthetic_token(self.seed, h, index, self.vocab_size)
+    }
+
+    /// Append the next `count` tokens `h` samples to its token ids (prompt + outputs).
+    pub fn extend_samples(&self, h: ReqHandle, token_ids: &mut Vec<TokenId>, count: usize) {
+        for _ in 0..count {
+            let index = token_ids.len();
+            token_ids.push(self.token(h, index));
+        }
+    }
+}
+
 /// Which token a request samples at an output position: the runner's only policy.
 pub trait TokenPlan {
     /// Whether `h`'s tokens depend on its output position (the runner then works it out;

@@ -5,18 +5,12 @@
 //! `schedule()` reads top to bottom as vLLM's does: the RUNNING pass, then (only if
 //! nothing was preempted) the WAITING pass, then `_update_after_schedule`.
 //!
-//! Coasting (opt-in, [`Scheduler::enable_coasting`]): a running decode whose next steps
-//! are sure to be plain one-token decodes inside the blocks it holds, short of its last
-//! token, is not visited step by step. The RUNNING pass charges it one token of budget
-//! and adds it to the batch's `num_coasting`; its counters, tokens (position-keyed
-//! synthetic ones, the same the runner would sample), block hashes and cached blocks
-//! are brought up to date when the coast ends, before anything reads them (its horizon,
-//! a preemption, the budget running out before it, an abort). What a step schedules,
-//! allocates, preempts and finishes is unchanged; the outputs carry the coasting tokens
-//! as a count. The one deferral is entering a coasting request's newly full blocks into
-//! the prefix cache until its coast ends: nothing else could hit them, their tokens
-//! being its own fresh samples.
+//! Coasting decodes (opt-in, [`Scheduler::enable_coasting`]) live in `coasting`: the
+//! RUNNING pass asks it whether a request coasts this step and tells it when a coast must
+//! end (preemption, abort, the pass stopping early); `update_from_output` tells it which
+//! batch is applied and takes the entries it owes that batch.
 
+use super::coasting::{CoastEnv, Coasting};
 use super::output::{
     EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, ScheduledKind, ScheduledRequest,
     SchedulerOutput,
@@ -29,15 +23,78 @@ use crate::request::{
     EngineCoreEventType, NewRequest, Request, RequestStatus, TokenId, PLACEHOLDER_TOKEN_ID,
 };
 use crate::stats::{SchedulerStats, SpecDecodingStats};
+use crate::synthetic::PositionKeyedTokens;
 
-/// A running request's coast, aligned with `running`. Its `Request` keeps the counters it
-/// had when the coast began, so the coast's first step is `num_computed_tokens - ctx_base`.
-#[derive(Clone, Copy, Debug, Default)]
-struct CoastSlot {
-    /// Last step (of `current_step`) it coasts through; 0: not coasting.
-    until: u64,
-    /// Its context at step t is `ctx_base + t`.
-    ctx_base: i64,
+/// One step's budget. vLLM: `token_budget` in `Scheduler.schedule`; the twin also keeps
+/// an input budget (`max_num_batched_tokens`, counting each request's draft slots).
+#[derive(Clone, Copy, Debug)]
+struct TokenBudget {
+    tokens: i64,
+    inputs: i64,
+    draft_slots: i64,
+}
+
+impl TokenBudget {
+    fn new(config: &SchedulerConfig) -> Self {
+        TokenBudget {
+            tokens: config.max_num_scheduled_tokens as i64,
+            inputs: config.max_num_batched_tokens as i64,
+            draft_slots: config.draft_slots as i64,
+        }
+    }
+
+    /// Nothing more can be scheduled this step.
+    #[inline]
+    fn exhausted(&self) -> bool {
+        self.tokens <= 0 || self.inputs <= self.draft_slots
+    }
+
+    /// The most tokens one more request may be given.
+    #[inline]
+    fn request_cap(&self) -> i64 {
+        self.tokens.min(self.inputs - self.draft_slots)
+    }
+
+    #[inline]
+    fn charge(&mut self, num_tokens: i64) {
+        self.tokens -= num_tokens;
+        self.inputs -= num_tokens + self.draft_slots;
+    }
+
+    /// Give back a preempted request's tokens.
+    fn refund(&mut self, num_tokens: i64) {
+        self.tokens += num_tokens;
+        self.inputs += num_tokens + self.draft_slots;
+    }
+
+    fn is_within_limits(&self) -> bool {
+        self.tokens >= 0 && self.inputs >= 0
+    }
+}
+
+/// What one `schedule()` call carries from pass to pass.
+struct StepPlan {
+    now_s: f64,
+    budget: TokenBudget,
+    /// Long-prefill cap (0: none).
+    threshold: i64,
+    /// Prefills wait for the local prefill cadence this step.
+    defer_prefills: bool,
+    prefill_scheduled: bool,
+    prefill_admitted: bool,
+    /// Entries the RUNNING pass added (they come first in `out.scheduled`).
+    num_running_scheduled: usize,
+    /// Leading entries whose `_update_after_schedule` is already applied.
+    num_updated: usize,
+}
+
+/// How the RUNNING pass's allocation for one request ended.
+enum Allocation {
+    Allocated,
+    /// Priority scheduling preempted the request itself.
+    PreemptedItself,
+    /// FCFS preempted the request itself: the pass stops.
+    Failed,
 }
 
 /// vLLM: `Scheduler` (and `AsyncScheduler` when `config.async_scheduling`).
@@ -49,15 +106,7 @@ pub struct Scheduler {
     requests: RequestSlab,
     waiting: RequestQueue,
     running: Vec<ReqHandle>,
-    running_coast: Vec<CoastSlot>,
-    /// Position-keyed synthetic tokens `(seed, vocab_size)` when coasting is on.
-    coast_tokens: Option<(u64, u32)>,
-    /// `sched_step` of the last batch `update_from_output` applied.
-    last_updated_step: u64,
-    /// Coasts ended while their last coasting batch was in flight: (that batch, request,
-    /// index of the token it samples), applied as ordinary entries with that batch.
-    coast_pending: Vec<(u64, ReqHandle, usize)>,
-    coast_exits: Vec<(ReqHandle, u32)>,
+    coasting: Coasting,
     /// vLLM: `deferred_waiting` (a set; here a flag on the request plus this count).
     num_deferred: usize,
     finished_req_ids: Vec<ReqHandle>,
@@ -111,11 +160,7 @@ impl Scheduler {
             kv,
             requests: RequestSlab::default(),
             running: Vec::new(),
-            running_coast: Vec::new(),
-            coast_tokens: None,
-            last_updated_step: 0,
-            coast_pending: Vec::new(),
-            coast_exits: Vec::new(),
+            coasting: Coasting::default(),
             num_deferred: 0,
             finished_req_ids: Vec::new(),
             current_step: 0,
@@ -147,7 +192,9 @@ impl Scheduler {
             && c.draft_slots == 0
             && c.kv_cache_metrics_sample.is_none()
             && c.max_concurrent_batches() <= 2;
-        self.coast_tokens = ok.then_some(tokens);
+        let (seed, vocab_size) = tokens;
+        self.coasting
+            .enable(ok.then_some(PositionKeyedTokens { seed, vocab_size }));
         ok
     }
 
@@ -161,15 +208,33 @@ impl Scheduler {
     /// Bring every coasting request's state up to date and end the coasts (for callers
     /// that read requests' counters directly).
     pub fn end_all_coasts(&mut self) {
-        self.end_coasts_from(0, self.current_step);
+        let step = self.current_step;
+        let mut env = CoastEnv {
+            requests: &mut self.requests,
+            kv: &mut self.kv,
+            async_scheduling: self.config.async_scheduling,
+        };
+        self.coasting.end_all(&self.running, step, &mut env);
     }
 
     pub fn kv_cache_manager(&self) -> &KVCacheManager {
         &self.kv
     }
 
+    /// The live request behind `h` with up-to-date counters: `None` once it finished, and
+    /// `None` while it coasts past the counters its `Request` holds (call
+    /// [`Self::end_all_coasts`] first to read those; [`Self::is_coasting`] tells which).
+    /// Never a request with stale counters.
     pub fn request(&self, h: ReqHandle) -> Option<&Request> {
-        self.requests.get(h)
+        let r = self.requests.get(h)?;
+        (!self.coasting.is_stale(h, r, self.current_step)).then_some(r)
+    }
+
+    /// Whether `h` is mid-coast, its `Request` counters behind (see [`Self::request`]).
+    pub fn is_coasting(&self, h: ReqHandle) -> bool {
+        self.requests
+            .get(h)
+            .is_some_and(|r| self.coasting.is_stale(h, r, self.current_step))
     }
 
     /// RUNNING requests in admission order.
@@ -262,335 +327,421 @@ impl Scheduler {
                 .any(|&h| !self.requests.req(h).is_prefill_chunk)
     }
 
-    /// vLLM: `Scheduler.schedule`. `now_s` stamps SCHEDULED / PREEMPTED events.
+    /// vLLM: `Scheduler.schedule`. `now_s` stamps SCHEDULED / PREEMPTED events. Reads as
+    /// vLLM's does: the RUNNING pass, the WAITING pass (only if nothing was preempted),
+    /// then `_update_after_schedule`.
     pub fn schedule(&mut self, now_s: f64, out: &mut SchedulerOutput) {
         out.clear();
         self.current_step += 1;
         self.kv.block_pool.now_s = now_s;
-        let cfg = &self.config;
-        let draft_slots = cfg.draft_slots as i64;
-        let mut token_budget = cfg.max_num_scheduled_tokens as i64;
-        let mut input_budget = cfg.max_num_batched_tokens as i64;
-        let num_lookahead_tokens = cfg.num_lookahead_tokens;
-        let max_model_len = cfg.max_model_len as i64;
-        let num_spec_tokens = cfg.num_speculative_tokens;
-        let priority = cfg.policy == SchedulingPolicy::Priority;
-        let threshold = self.long_prefill_threshold() as i64;
-        let defer_prefills = self.defer_prefills();
-        let mut prefill_scheduled = false;
-        let mut prefill_admitted = false;
-        let mut num_running_scheduled = 0usize;
-        let mut num_updated = 0usize;
-        let async_scheduling = cfg.async_scheduling;
+        out.sched_step = self.current_step;
+        let mut plan = StepPlan {
+            now_s,
+            budget: TokenBudget::new(&self.config),
+            threshold: self.long_prefill_threshold() as i64,
+            defer_prefills: self.defer_prefills(),
+            prefill_scheduled: false,
+            prefill_admitted: false,
+            num_running_scheduled: 0,
+            num_updated: 0,
+        };
+        self.schedule_running(&mut plan, out);
+        if out.preempted.is_empty() {
+            self.schedule_waiting(&mut plan, out);
+        }
+        self.finish_schedule(&plan, out);
+    }
 
-        // ===== RUNNING requests, in list order =====
+    /// The RUNNING pass: each running request in list order gets the tokens it still
+    /// needs (capped by the long-prefill threshold and the budget), preempting from the
+    /// back of the list (or the lowest priority) when its blocks do not fit.
+    /// vLLM: `Scheduler.schedule` (the `while req_index < len(self.running)` loop).
+    fn schedule_running(&mut self, plan: &mut StepPlan, out: &mut SchedulerOutput) {
         let step = self.current_step;
-        out.sched_step = step;
-        let coasting = self.coast_tokens.is_some();
-        let mut num_coasting = 0usize;
-        let mut coasting_ctx_base: i64 = 0;
+        let coasting = self.coasting.is_on();
+        if coasting {
+            self.coasting.begin_pass();
+        }
         let mut i = 0;
-        while i < self.running.len() && token_budget > 0 {
-            if input_budget <= draft_slots {
-                break;
-            }
+        while i < self.running.len() && !plan.budget.exhausted() {
+            let h = self.running[i];
             if coasting {
-                let slot = self.running_coast[i];
-                if slot.until >= step {
+                if self.coasting.coasts_at(h, step) {
                     // A coasting decode: one token, inside its blocks (its horizon says so).
-                    num_coasting += 1;
-                    coasting_ctx_base += slot.ctx_base;
-                    token_budget -= 1;
-                    input_budget -= 1 + draft_slots;
+                    plan.budget.charge(1);
                     i += 1;
                     continue;
                 }
-                if slot.until != 0 {
-                    // The coast is over: bring the request up to date, then take it as usual.
-                    self.end_coast(i, step - 1);
-                }
+                // A coast that is over: bring the request up to date, then take it as usual.
+                self.end_coast(h, step - 1);
             }
-            let h = self.running[i];
-            let r = self.requests.req(h);
-            let computed = r.num_computed_tokens as i64;
-            let placeholders = r.num_output_placeholders as i64;
-            // Async: the step in flight is already sure to reach max_tokens.
-            if placeholders > 0
-                && computed + 2 - placeholders >= (r.num_prompt_tokens + r.max_tokens) as i64
-            {
+            let Some(n) = self.num_new_running_tokens(h, plan) else {
                 i += 1;
                 continue;
-            }
-            if defer_prefills && r.is_prefill_chunk {
-                i += 1;
-                continue;
-            }
-            let mut n = r.num_tokens_with_spec() as i64 + placeholders - computed;
-            if 0 < threshold && threshold < n {
-                n = threshold;
-            }
-            n = n.min(token_budget).min(input_budget - draft_slots);
-            // Keep the input position inside max_model_len (matters with drafts).
-            n = n.min(max_model_len - computed - 1);
-            if n <= 0 {
-                i += 1;
-                continue;
-            }
-            let n = n as usize;
-            let block_start = out.block_ids.len();
-            let r = self.requests.req_mut(h);
-            let mut scheduled = self.kv.allocate_in_held_blocks(r, n, num_lookahead_tokens);
-            while !scheduled {
-                let r = self.requests.req_mut(h);
-                let args = AllocateSlots {
-                    num_new_tokens: n,
-                    num_lookahead_tokens,
-                    ..Default::default()
-                };
-                if self.kv.allocate_slots(r, args, &mut out.block_ids) {
-                    scheduled = true;
-                    break;
-                }
-                // Preempt the lowest-priority request. vLLM: the allocate_slots retry loop.
-                let victim = if priority {
-                    self.priority_victim()
-                } else {
-                    *self
-                        .running
-                        .last()
-                        .expect("running holds the current request")
-                };
-                if priority {
-                    let idx = self
-                        .running
-                        .iter()
-                        .position(|&x| x == victim)
-                        .expect("victim is running");
-                    self.running.remove(idx);
-                    self.running_coast.remove(idx);
-                    if idx < i {
-                        i -= 1;
-                    }
-                    if let Some(pos) = out.scheduled[..num_running_scheduled]
-                        .iter()
-                        .position(|e| e.handle == victim)
-                    {
-                        let e = out.scheduled.remove(pos);
-                        num_running_scheduled -= 1;
-                        token_budget += e.num_scheduled_tokens as i64;
-                        input_budget += e.num_scheduled_tokens as i64 + draft_slots;
-                    }
-                } else {
-                    // Not yet visited this step: a coast ends at the previous one.
-                    self.end_coast(self.running.len() - 1, step - 1);
-                    self.running.pop();
-                    self.running_coast.pop();
-                }
-                self.preempt_request(victim, now_s);
-                out.preempted.push(victim);
-                if victim == h {
-                    break;
-                }
-            }
-            if !scheduled {
-                if priority && self.requests.req(h).status == RequestStatus::Preempted {
-                    // It preempted itself; `i` already points at the next request.
-                    continue;
-                }
-                break;
-            }
-            let r = self.requests.req_mut(h);
-            prefill_scheduled |= r.is_prefill_chunk;
-            let computed_before = r.num_computed_tokens;
-            let spec_start = out.spec_token_ids.len();
-            if !r.spec_token_ids.is_empty() {
-                let k =
-                    n as i64 + computed - r.num_tokens() as i64 - r.num_output_placeholders as i64;
-                if k > 0 {
-                    let take = (k as usize).min(r.spec_token_ids.len());
-                    out.spec_token_ids
-                        .extend_from_slice(&r.spec_token_ids[..take]);
-                }
-                // Fresh drafts arrive through update_draft_token_ids before the next step.
-                r.spec_token_ids.clear();
-            }
-            let mut entry = ScheduledRequest {
-                handle: h,
-                kind: ScheduledKind::Running,
-                num_scheduled_tokens: n,
-                num_computed_tokens: computed_before,
-                block_range: block_start..out.block_ids.len(),
-                spec_range: spec_start..out.spec_token_ids.len(),
-                samples: false,
             };
-            if !priority {
-                // FCFS preempts only requests later in the list, so nothing undoes this
-                // entry and nothing later in schedule() reads this request: apply its
-                // `_update_after_schedule` now, while its state is in cache.
-                after_schedule(r, &mut entry, async_scheduling, num_spec_tokens);
-                num_updated += 1;
-                if coasting && n == 1 && entry.samples {
-                    if let Some(slot) = coast_horizon(r, step, max_model_len) {
-                        self.running_coast[i] = slot;
-                    }
-                }
+            let block_start = out.block_ids.len();
+            match self.allocate_running(h, n, &mut i, plan, out) {
+                Allocation::Allocated => {}
+                // It preempted itself; `i` already points at the next request.
+                Allocation::PreemptedItself => continue,
+                Allocation::Failed => break,
             }
-            debug_assert_eq!(num_running_scheduled, out.scheduled.len());
-            out.scheduled.push(entry);
-            num_running_scheduled += 1;
-            token_budget -= n as i64;
-            input_budget -= n as i64 + draft_slots;
+            self.schedule_running_request(h, n, block_start, plan, out);
             i += 1;
         }
-
         if coasting {
             // Coasting requests the pass did not reach were not scheduled this step.
-            self.end_coasts_from(i, step - 1);
-            out.num_coasting = num_coasting;
-            out.coasting_attended_tokens =
-                (coasting_ctx_base + num_coasting as i64 * (step as i64 + 1)) as u64;
+            let mut env = CoastEnv {
+                requests: &mut self.requests,
+                kv: &mut self.kv,
+                async_scheduling: self.config.async_scheduling,
+            };
+            self.coasting
+                .end_pass(&self.running[i..], step, &mut env, out);
         }
+    }
 
-        // ===== WAITING requests (only if nothing was preempted this step) =====
-        if out.preempted.is_empty() {
-            if self.cache_aware_window > 0 && !defer_prefills {
-                self.reorder_waiting_by_cached_prefix();
+    /// Tokens a running request gets this step, `None` if none. vLLM: `Scheduler.schedule`
+    /// (`num_new_tokens` in the RUNNING loop, with `AsyncScheduler`'s max-tokens check).
+    #[inline]
+    fn num_new_running_tokens(&self, h: ReqHandle, plan: &StepPlan) -> Option<usize> {
+        let r = self.requests.req(h);
+        let computed = r.num_computed_tokens as i64;
+        let placeholders = r.num_output_placeholders as i64;
+        // Async: the step in flight is already sure to reach max_tokens.
+        if placeholders > 0
+            && computed + 2 - placeholders >= (r.num_prompt_tokens + r.max_tokens) as i64
+        {
+            return None;
+        }
+        if plan.defer_prefills && r.is_prefill_chunk {
+            return None;
+        }
+        let mut n = r.num_tokens_with_spec() as i64 + placeholders - computed;
+        if 0 < plan.threshold && plan.threshold < n {
+            n = plan.threshold;
+        }
+        n = n.min(plan.budget.request_cap());
+        // Keep the input position inside max_model_len (matters with drafts).
+        n = n.min(self.config.max_model_len as i64 - computed - 1);
+        (n > 0).then_some(n as usize)
+    }
+
+    /// Find room for `n` more tokens of running request `h` (at `running[*i]`),
+    /// preempting until it fits or `h` itself is preempted. vLLM: `Scheduler.schedule`
+    /// (the `kv_cache_manager.allocate_slots` retry loop).
+    fn allocate_running(
+        &mut self,
+        h: ReqHandle,
+        n: usize,
+        i: &mut usize,
+        plan: &mut StepPlan,
+        out: &mut SchedulerOutput,
+    ) -> Allocation {
+        let num_lookahead_tokens = self.config.num_lookahead_tokens;
+        let r = self.requests.req_mut(h);
+        if self.kv.allocate_in_held_blocks(r, n, num_lookahead_tokens) {
+            return Allocation::Allocated;
+        }
+        loop {
+            let r = self.requests.req_mut(h);
+            let args = AllocateSlots {
+                num_new_tokens: n,
+                num_lookahead_tokens,
+                ..Default::default()
+            };
+            if self.kv.allocate_slots(r, args, &mut out.block_ids) {
+                return Allocation::Allocated;
             }
-            self.skipped.clear();
-            loop {
-                if self.running.len() >= self.max_num_active_reqs || token_budget <= 0 {
-                    break;
-                }
-                let Some(h) = self.waiting.peek() else { break };
-                if input_budget <= draft_slots {
-                    break;
-                }
-                let r = self.requests.req(h);
-                if r.num_stale_output_tokens > 0 && !r.drop_stale_output {
-                    // Async: deliverable output still in flight; resuming now could
-                    // resample a position that output later fills.
-                    self.waiting.pop();
-                    self.set_deferred(h, true);
-                    self.skipped.push(h);
-                    continue;
-                }
-                let (num_local_hit, did_lookup) = if r.num_computed_tokens == 0 {
-                    let hit = self.kv.get_computed_blocks(r, &mut self.hit_blocks);
-                    (hit, true)
+            if self.preempt_lowest(i, plan, out) == h {
+                return if self.config.policy == SchedulingPolicy::Priority {
+                    Allocation::PreemptedItself
                 } else {
-                    self.hit_blocks.clear();
-                    (0, false)
+                    Allocation::Failed
                 };
-                let r = self.requests.req_mut(h);
-                if did_lookup && r.num_preemptions == 0 {
-                    if let Some(ps) = r.prefill_stats.as_mut() {
-                        ps.num_prompt_tokens = r.num_prompt_tokens;
-                        ps.num_local_cached_tokens = num_local_hit;
-                        ps.num_external_cached_tokens = 0;
-                    }
-                }
-                let num_computed = if did_lookup {
-                    num_local_hit
-                } else {
-                    r.num_computed_tokens
-                };
-                let num_tokens = r.num_tokens();
-                if defer_prefills && num_computed + 1 < num_tokens {
-                    break;
-                }
-                let request_budget = token_budget.min(input_budget - draft_slots);
-                let mut n = (num_tokens - num_computed) as i64;
-                let mut pad_spec = false;
-                // Pad a 1-token admission to the uniform spec-decode width.
-                if num_spec_tokens > 0
-                    && n == 1
-                    && !prefill_scheduled
-                    && (num_running_scheduled > 0 || num_computed > 0)
-                {
-                    let padded = 1 + num_spec_tokens as i64;
-                    if num_computed as i64 + padded < max_model_len {
-                        if padded > request_budget {
-                            break;
-                        }
-                        n = padded;
-                        pad_spec = true;
-                    }
-                }
-                if 0 < threshold && threshold < n {
-                    n = threshold;
-                }
-                if !self.config.enable_chunked_prefill && n > request_budget {
-                    break;
-                }
-                n = n.min(request_budget);
-                assert!(n > 0);
-                let n = n as usize;
-                let has_scheduled_reqs = !self.running.is_empty();
-                let block_start = out.block_ids.len();
-                let args = AllocateSlots {
-                    num_new_tokens: n,
-                    num_new_computed_tokens: num_local_hit,
-                    new_computed_blocks: &self.hit_blocks,
-                    num_lookahead_tokens,
-                    full_sequence_must_fit: self.config.scheduler_reserve_full_isl,
-                    has_scheduled_reqs,
-                };
-                let mut scratch = std::mem::take(&mut out.block_ids);
-                let ok = self.kv.allocate_slots(r, args, &mut scratch);
-                out.block_ids = scratch;
-                if !ok {
-                    // Head-of-line blocking: later requests are not tried.
-                    break;
-                }
-                if did_lookup {
-                    let r = self.requests.req(h);
-                    self.kv.record_prefix_cache_stats(r, num_local_hit);
-                }
+            }
+        }
+    }
+
+    /// Take the lowest-priority running request (FCFS: the last one) off `running`, undo
+    /// its entry if this pass already scheduled it, and preempt it. Returns it.
+    /// vLLM: `Scheduler.schedule` (preemption inside the RUNNING loop).
+    fn preempt_lowest(
+        &mut self,
+        i: &mut usize,
+        plan: &mut StepPlan,
+        out: &mut SchedulerOutput,
+    ) -> ReqHandle {
+        let victim = if self.config.policy == SchedulingPolicy::Priority {
+            let victim = self.priority_victim();
+            let idx = self
+                .running
+                .iter()
+                .position(|&x| x == victim)
+                .expect("victim is running");
+            self.running.remove(idx);
+            if idx < *i {
+                *i -= 1;
+            }
+            let scheduled = &out.scheduled[..plan.num_running_scheduled];
+            if let Some(pos) = scheduled.iter().position(|e| e.handle == victim) {
+                let e = out.scheduled.remove(pos);
+                plan.num_running_scheduled -= 1;
+                plan.budget.refund(e.num_scheduled_tokens as i64);
+            }
+            victim
+        } else {
+            let victim = *self
+                .running
+                .last()
+                .expect("running holds the current request");
+            // Not yet visited this step: a coast ends at the previous one.
+            self.end_coast(victim, self.current_step - 1);
+            self.running.pop();
+            victim
+        };
+        self.preempt_request(victim, plan.now_s);
+        out.preempted.push(victim);
+        victim
+    }
+
+    /// Add running request `h`'s entry (its `n` tokens, blocks from `block_start`, the
+    /// drafts it verifies) and charge the budget. Under FCFS nothing later undoes the
+    /// entry, so its `_update_after_schedule` is applied at once, while its state is in
+    /// cache, and a plain decode may start coasting. vLLM: `Scheduler.schedule` (the end of
+    /// the RUNNING loop body).
+    fn schedule_running_request(
+        &mut self,
+        h: ReqHandle,
+        n: usize,
+        block_start: usize,
+        plan: &mut StepPlan,
+        out: &mut SchedulerOutput,
+    ) {
+        let r = self.requests.req_mut(h);
+        plan.prefill_scheduled |= r.is_prefill_chunk;
+        let computed_before = r.num_computed_tokens;
+        let spec_start = out.spec_token_ids.len();
+        if !r.spec_token_ids.is_empty() {
+            let k = (n + computed_before) as i64
+                - r.num_tokens() as i64
+                - r.num_output_placeholders as i64;
+            if k > 0 {
+                let take = (k as usize).min(r.spec_token_ids.len());
+                out.spec_token_ids
+                    .extend_from_slice(&r.spec_token_ids[..take]);
+            }
+            // Fresh drafts arrive through update_draft_token_ids before the next step.
+            r.spec_token_ids.clear();
+        }
+        let mut entry = ScheduledRequest {
+            handle: h,
+            kind: ScheduledKind::Running,
+            num_scheduled_tokens: n,
+            num_computed_tokens: computed_before,
+            block_range: block_start..out.block_ids.len(),
+            spec_range: spec_start..out.spec_token_ids.len(),
+            samples: false,
+        };
+        if self.config.policy != SchedulingPolicy::Priority {
+            let num_spec = self.config.num_speculative_tokens;
+            after_schedule(r, &mut entry, self.config.async_scheduling, num_spec);
+            plan.num_updated += 1;
+            if n == 1 && entry.samples && self.coasting.is_on() {
+                let max_model_len = self.config.max_model_len as i64;
+                self.coasting
+                    .on_decode_scheduled(h, r, self.current_step, max_model_len);
+            }
+        }
+        debug_assert_eq!(plan.num_running_scheduled, out.scheduled.len());
+        out.scheduled.push(entry);
+        plan.num_running_scheduled += 1;
+        plan.budget.charge(n as i64);
+    }
+
+    /// The WAITING pass: admit queued requests in order while seats and budget last;
+    /// the first that does not fit stops it (head-of-line blocking).
+    /// vLLM: `Scheduler.schedule` (the `while self.waiting` loop).
+    fn schedule_waiting(&mut self, plan: &mut StepPlan, out: &mut SchedulerOutput) {
+        if self.cache_aware_window > 0 && !plan.defer_prefills {
+            self.reorder_waiting_by_cached_prefix();
+        }
+        self.skipped.clear();
+        while self.running.len() < self.max_num_active_reqs && !plan.budget.exhausted() {
+            let Some(h) = self.waiting.peek() else { break };
+            let r = self.requests.req(h);
+            if r.num_stale_output_tokens > 0 && !r.drop_stale_output {
+                // Async: deliverable output still in flight; resuming now could
+                // resample a position that output later fills.
                 self.waiting.pop();
-                self.set_deferred(h, false);
-                self.running.push(h);
-                self.running_coast.push(CoastSlot::default());
-                let r = self.requests.req_mut(h);
-                r.record_event(EngineCoreEventType::Scheduled, now_s);
-                let kind = if r.num_preemptions > 0 {
-                    ScheduledKind::Resumed
-                } else {
-                    ScheduledKind::New
-                };
-                r.status = RequestStatus::Running;
-                r.num_computed_tokens = num_computed;
-                // New and resumed requests are sent with their whole block table.
-                out.block_ids.truncate(block_start);
-                out.block_ids.extend_from_slice(&r.block_ids);
-                let spec_start = out.spec_token_ids.len();
-                if pad_spec {
-                    out.spec_token_ids
-                        .extend(std::iter::repeat_n(PLACEHOLDER_TOKEN_ID, num_spec_tokens));
-                }
-                out.scheduled.push(ScheduledRequest {
-                    handle: h,
-                    kind,
-                    num_scheduled_tokens: n,
-                    num_computed_tokens: num_computed,
-                    block_range: block_start..out.block_ids.len(),
-                    spec_range: spec_start..out.spec_token_ids.len(),
-                    samples: false,
-                });
-                token_budget -= n as i64;
-                input_budget -= n as i64 + draft_slots;
-                prefill_admitted |= num_computed + 1 < num_tokens;
+                self.set_deferred(h, true);
+                self.skipped.push(h);
+                continue;
             }
-            // Skipped requests go back to the front in their original order.
-            for idx in (0..self.skipped.len()).rev() {
-                let h = self.skipped[idx];
-                let key = self.requests.req(h).priority_key();
-                self.waiting.prepend(h, key);
-            }
-            if !defer_prefills {
-                self.prefill_capacity_bound = self.waiting.len() > self.num_deferred;
+            if !self.try_admit(h, plan, out) {
+                break;
             }
         }
+        // Skipped requests go back to the front in their original order.
+        for idx in (0..self.skipped.len()).rev() {
+            let h = self.skipped[idx];
+            let key = self.requests.req(h).priority_key();
+            self.waiting.prepend(h, key);
+        }
+        if !plan.defer_prefills {
+            self.prefill_capacity_bound = self.waiting.len() > self.num_deferred;
+        }
+    }
 
+    /// Admit waiting request `h` (the queue's head) if its tokens and blocks fit; `false`
+    /// stops the WAITING pass. vLLM: `Scheduler.schedule` (the WAITING loop body).
+    fn try_admit(&mut self, h: ReqHandle, plan: &mut StepPlan, out: &mut SchedulerOutput) -> bool {
+        let (num_local_hit, did_lookup) = self.lookup_cached_prefix(h);
+        let r = self.requests.req(h);
+        let num_computed = if did_lookup {
+            num_local_hit
+        } else {
+            r.num_computed_tokens
+        };
+        let Some((n, pad_spec)) = self.num_new_waiting_tokens(r, num_computed, plan) else {
+            return false;
+        };
+        let block_start = out.block_ids.len();
+        let args = AllocateSlots {
+            num_new_tokens: n,
+            num_new_computed_tokens: num_local_hit,
+            new_computed_blocks: &self.hit_blocks,
+            num_lookahead_tokens: self.config.num_lookahead_tokens,
+            full_sequence_must_fit: self.config.scheduler_reserve_full_isl,
+            has_scheduled_reqs: !self.running.is_empty(),
+        };
+        let r = self.requests.req_mut(h);
+        if !self.kv.allocate_slots(r, args, &mut out.block_ids) {
+            // Head-of-line blocking: later requests are not tried.
+            return false;
+        }
+        if did_lookup {
+            self.kv
+                .record_prefix_cache_stats(self.requests.req(h), num_local_hit);
+        }
+        self.admit(h, n, num_computed, pad_spec, block_start, plan, out);
+        true
+    }
+
+    /// A fresh request's locally cached prefix (into `hit_blocks`), recorded in its
+    /// prefill stats on first admission; `(0, false)` for a resumed one.
+    /// vLLM: `Scheduler.schedule` (`kv_cache_manager.get_computed_blocks`).
+    fn lookup_cached_prefix(&mut self, h: ReqHandle) -> (usize, bool) {
+        let r = self.requests.req(h);
+        if r.num_computed_tokens != 0 {
+            self.hit_blocks.clear();
+            return (0, false);
+        }
+        let num_local_hit = self.kv.get_computed_blocks(r, &mut self.hit_blocks);
+        let r = self.requests.req_mut(h);
+        if r.num_preemptions == 0 {
+            if let Some(ps) = r.prefill_stats.as_mut() {
+                ps.num_prompt_tokens = r.num_prompt_tokens;
+                ps.num_local_cached_tokens = num_local_hit;
+                ps.num_external_cached_tokens = 0;
+            }
+        }
+        (num_local_hit, true)
+    }
+
+    /// Tokens a waiting request gets, and whether a one-token admission is padded to
+    /// the spec-decode width; `None` stops the WAITING pass. vLLM: `Scheduler.schedule`
+    /// (`num_new_tokens` in the WAITING loop).
+    fn num_new_waiting_tokens(
+        &self,
+        r: &Request,
+        num_computed: usize,
+        plan: &StepPlan,
+    ) -> Option<(usize, bool)> {
+        let num_tokens = r.num_tokens();
+        if plan.defer_prefills && num_computed + 1 < num_tokens {
+            return None;
+        }
+        let num_spec_tokens = self.config.num_speculative_tokens;
+        let request_budget = plan.budget.request_cap();
+        let mut n = (num_tokens - num_computed) as i64;
+        let mut pad_spec = false;
+        // Pad a 1-token admission to the uniform spec-decode width.
+        if num_spec_tokens > 0
+            && n == 1
+            && !plan.prefill_scheduled
+            && (plan.num_running_scheduled > 0 || num_computed > 0)
+        {
+            let padded = 1 + num_spec_tokens as i64;
+            if num_computed as i64 + padded < self.config.max_model_len as i64 {
+                if padded > request_budget {
+                    return None;
+                }
+                n = padded;
+                pad_spec = true;
+            }
+        }
+        if 0 < plan.threshold && plan.threshold < n {
+            n = plan.threshold;
+        }
+        if !self.config.enable_chunked_prefill && n > request_budget {
+            return None;
+        }
+        n = n.min(request_budget);
+        assert!(n > 0);
+        Some((n as usize, pad_spec))
+    }
+
+    /// Move admitted request `h` from WAITING to RUNNING and add its entry (sent with its
+    /// whole block table). vLLM: `Scheduler.schedule` (the end of the WAITING loop body).
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &mut self,
+        h: ReqHandle,
+        n: usize,
+        num_computed: usize,
+        pad_spec: bool,
+        block_start: usize,
+        plan: &mut StepPlan,
+        out: &mut SchedulerOutput,
+    ) {
+        self.waiting.pop();
+        self.set_deferred(h, false);
+        self.running.push(h);
+        let r = self.requests.req_mut(h);
+        r.record_event(EngineCoreEventType::Scheduled, plan.now_s);
+        let kind = if r.num_preemptions > 0 {
+            ScheduledKind::Resumed
+        } else {
+            ScheduledKind::New
+        };
+        r.status = RequestStatus::Running;
+        r.num_computed_tokens = num_computed;
+        out.block_ids.truncate(block_start);
+        out.block_ids.extend_from_slice(&r.block_ids);
+        let spec_start = out.spec_token_ids.len();
+        if pad_spec {
+            let num_spec_tokens = self.config.num_speculative_tokens;
+            out.spec_token_ids
+                .extend(std::iter::repeat_n(PLACEHOLDER_TOKEN_ID, num_spec_tokens));
+        }
+        out.scheduled.push(ScheduledRequest {
+            handle: h,
+            kind,
+            num_scheduled_tokens: n,
+            num_computed_tokens: num_computed,
+            block_range: block_start..out.block_ids.len(),
+            spec_range: spec_start..out.spec_token_ids.len(),
+            samples: false,
+        });
+        plan.budget.charge(n as i64);
+        plan.prefill_admitted |= num_computed + 1 < r.num_tokens();
+    }
+
+    /// Totals, invariants, the prefill cadence, finished ids, then
+    /// `_update_after_schedule` for the entries the passes did not update.
+    /// vLLM: `Scheduler.schedule` (its tail) and `Scheduler._update_after_schedule`.
+    fn finish_schedule(&mut self, plan: &StepPlan, out: &mut SchedulerOutput) {
         let total: usize = out
             .scheduled
             .iter()
@@ -598,72 +749,31 @@ impl Scheduler {
             .sum::<usize>()
             + out.num_coasting;
         assert!(total <= self.config.max_num_scheduled_tokens);
-        assert!(token_budget >= 0 && input_budget >= 0);
+        assert!(plan.budget.is_within_limits());
         assert!(self.running.len() <= self.config.max_num_seqs);
         out.total_num_scheduled_tokens = total;
         if total > 0 {
             self.num_executed_steps += 1;
         }
-        if self.local_prefill_interval > 1 && (prefill_scheduled || prefill_admitted) {
+        if self.local_prefill_interval > 1 && (plan.prefill_scheduled || plan.prefill_admitted) {
             self.last_prefill_step = self.num_executed_steps as i64;
         }
-        out.num_spec_tokens_to_schedule = num_spec_tokens;
+        out.num_spec_tokens_to_schedule = self.config.num_speculative_tokens;
         std::mem::swap(&mut out.finished_req_ids, &mut self.finished_req_ids);
         self.finished_req_ids.clear();
-        self.update_after_schedule(out, num_updated);
+        self.update_after_schedule(out, plan.num_updated);
     }
 
-    /// [`Self::end_coast`] for every request from `running[j0]` on.
-    fn end_coasts_from(&mut self, j0: usize, charged_through: u64) {
-        for j in j0..self.running.len() {
-            self.end_coast(j, charged_through);
-        }
-    }
-
-    /// End the coast of `running[i]`, if it coasts, the RUNNING passes up to step
-    /// `charged_through` having charged it (those within its horizon; possibly none):
-    /// apply the schedule-side effects of each coasting step and the outputs of those
-    /// already applied, then hash and cache its new full blocks. A coasting batch still
-    /// in flight is applied with that batch (`coast_pending`). Each step here is what the
-    /// RUNNING pass and `update_from_output`'s one-token path would have done.
-    fn end_coast(&mut self, i: usize, charged_through: u64) {
-        let slot = std::mem::take(&mut self.running_coast[i]);
-        if slot.until == 0 {
-            return;
-        }
-        let last = slot.until.min(charged_through);
-        let (seed, vocab) = self.coast_tokens.expect("coasting is on");
-        let h = self.running[i];
-        let async_scheduling = self.config.async_scheduling;
-        let r = self.requests.req_mut(h);
-        let from = r.num_computed_tokens as i64 - slot.ctx_base;
-        let k_sched = (last as i64 + 1 - from).max(0) as usize;
-        let k_done = ((last.min(self.last_updated_step)) as i64 + 1 - from).max(0) as usize;
-        r.num_computed_tokens += k_sched;
-        r.num_in_flight_tokens += k_sched - k_done;
-        if async_scheduling {
-            r.num_output_placeholders += k_sched - k_done;
-        }
-        for _ in 0..k_done {
-            let index = r.all_token_ids.len();
-            r.all_token_ids
-                .push(crate::synthetic::synthetic_token(seed, h, index, vocab));
-        }
-        r.update_block_hashes();
-        // What the last of the skipped `cache_blocks` calls would have cached: the
-        // update of the last applied batch (async; before it, its schedule-side call
-        // asked no more) or the last step's schedule-side call (sync): the tokens whose
-        // KV is computed by applied batches.
-        let n = (r.num_computed_tokens - r.num_in_flight_tokens).min(r.num_tokens());
-        self.kv.cache_blocks(r, n);
-        for b in (last + 1 - (k_sched - k_done) as u64)..=last {
-            // The token index that batch samples: its context + 1.
-            let index = (slot.ctx_base + b as i64 + 1) as usize;
-            self.coast_pending.push((b, h, index));
-        }
-        if k_done > 0 {
-            self.coast_exits.push((h, k_done as u32));
-        }
+    /// End `h`'s coast, if it coasts, charged through step `charged_through`
+    /// ([`Coasting::end`]).
+    #[inline]
+    fn end_coast(&mut self, h: ReqHandle, charged_through: u64) {
+        let mut env = CoastEnv {
+            requests: &mut self.requests,
+            kv: &mut self.kv,
+            async_scheduling: self.config.async_scheduling,
+        };
+        self.coasting.end(h, charged_through, &mut env);
     }
 
     /// vLLM: `max(running, key=(priority, arrival_time))` (first maximum wins).
@@ -781,9 +891,8 @@ impl Scheduler {
         outputs.step = so.step;
         let mut spec_stats: Option<SpecDecodingStats> = None;
         self.stopped.clear();
-        if self.coast_tokens.is_some() {
-            self.last_updated_step = so.sched_step;
-            std::mem::swap(&mut outputs.coast_exits, &mut self.coast_exits);
+        if self.coasting.is_on() {
+            self.coasting.on_batch_applied(so.sched_step, outputs);
         }
         for (idx, e) in so.scheduled.iter().enumerate() {
             self.update_entry(
@@ -795,29 +904,14 @@ impl Scheduler {
             );
         }
         outputs.num_coasting_tokens = so.num_coasting;
-        if !self.coast_pending.is_empty() {
-            let (seed, vocab) = self.coast_tokens.expect("coasting is on");
-            let mut pending = std::mem::take(&mut self.coast_pending);
-            pending.retain(|&(b, h, index)| {
-                if b != so.sched_step {
-                    return true;
-                }
-                // This batch's token for a coast that ended while the batch was in flight.
+        if self.coasting.is_on() {
+            // This batch's tokens for coasts that ended while it was in flight.
+            let due = self.coasting.take_due(so.sched_step);
+            for (e, tok) in &due {
                 outputs.num_coasting_tokens -= 1;
-                let e = ScheduledRequest {
-                    handle: h,
-                    kind: ScheduledKind::Running,
-                    num_scheduled_tokens: 1,
-                    num_computed_tokens: index - 1,
-                    block_range: 0..0,
-                    spec_range: 0..0,
-                    samples: true,
-                };
-                let tok = [crate::synthetic::synthetic_token(seed, h, index, vocab)];
-                self.update_entry(&e, &tok, &[], outputs, &mut spec_stats);
-                false
-            });
-            self.coast_pending = pending;
+                self.update_entry(e, std::slice::from_ref(tok), &[], outputs, &mut spec_stats);
+            }
+            self.coasting.recycle_due(due);
         }
         if !self.stopped.is_empty() {
             // Still-queued handles of freed requests are the ones to drop.
@@ -826,12 +920,10 @@ impl Scheduler {
             for j in 0..self.running.len() {
                 if slab.get(self.running[j]).is_some() {
                     self.running[kept] = self.running[j];
-                    self.running_coast[kept] = self.running_coast[j];
                     kept += 1;
                 }
             }
             self.running.truncate(kept);
-            self.running_coast.truncate(kept);
             for &h in &self.stopped {
                 self.waiting.remove_handle(h);
             }
@@ -957,9 +1049,8 @@ impl Scheduler {
                     .iter()
                     .position(|&x| x == h)
                     .expect("a running request is in running");
-                self.end_coast(idx, self.current_step);
+                self.end_coast(h, self.current_step);
                 self.running.remove(idx);
-                self.running_coast.remove(idx);
             } else {
                 let key = r.priority_key();
                 self.waiting.remove(h, key);
@@ -976,6 +1067,7 @@ impl Scheduler {
     /// vLLM: `Scheduler._free_request` → `_free_blocks` (blocks back, request dropped).
     fn free_request(&mut self, h: ReqHandle) {
         self.set_deferred(h, false);
+        self.coasting.forget(h);
         let mut req = self.requests.remove(h).expect("freeing a live request");
         debug_assert!(req.is_finished());
         self.kv.free(&mut req);
@@ -1101,32 +1193,6 @@ fn engine_core_output(
         max_tokens: r.max_tokens,
         num_preemptions: r.num_preemptions,
     }
-}
-
-/// How long `r`, just scheduled at `step` for a one-token decode, can coast: through the
-/// last step whose decode still fits its blocks, keeps its input position inside
-/// `max_model_len` and is short of the token that stops it (that one is taken step by
-/// step, so its output says so). `None` when it cannot coast at all.
-fn coast_horizon(r: &Request, step: u64, max_model_len: i64) -> Option<CoastSlot> {
-    if !r.coast_ok
-        || r.has_news
-        || r.stops_on_tokens
-        || r.num_stale_output_tokens > 0
-        || r.drop_stale_output
-        || !r.spec_token_ids.is_empty()
-    {
-        return None;
-    }
-    // After this step's update: computed = c. Step step+j samples index c+j.
-    let c = r.num_computed_tokens as i64;
-    let fits = (r.block_ids.len() * r.block_size) as i64 - c;
-    let in_len = max_model_len - c - 2;
-    let before_last = (r.num_prompt_tokens + r.max_tokens) as i64 - 1 - c - 1;
-    let j = fits.min(in_len).min(before_last);
-    (j >= 1).then(|| CoastSlot {
-        until: step + j as u64,
-        ctx_base: c - step as i64 - 1,
-    })
 }
 
 /// One entry of `_update_after_schedule`: commit the scheduled tokens, mark prefill
