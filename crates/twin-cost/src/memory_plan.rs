@@ -296,7 +296,7 @@ impl ServeConfig {
                 ),
             });
         }
-        if model.num_attention_heads % u64::from(tp) != 0 {
+        if !model.num_attention_heads.is_multiple_of(u64::from(tp)) {
             // ModelConfig.verify_with_parallel_config
             return Err(CostError::InvalidConfig {
                 field: "tensor_parallel_size",
@@ -307,7 +307,8 @@ impl ServeConfig {
             });
         }
         let kv = model.num_kv_heads;
-        if !(model.is_mla() || kv % u64::from(tp) == 0 || u64::from(tp) % kv == 0) {
+        if !(model.is_mla() || kv.is_multiple_of(u64::from(tp)) || u64::from(tp).is_multiple_of(kv))
+        {
             return Err(CostError::InvalidConfig {
                 field: "tensor_parallel_size",
                 reason: format!("number of KV heads ({kv}) and tensor parallel size ({tp}) must divide one another"),
@@ -418,7 +419,7 @@ impl ServeConfig {
         // CudaPlatform.get_valid_backends: every CUDA attention backend's kernel pages are
         // multiples of 16 (FlashAttention, Triton, FlexAttention `MultipleOf(16)`; FlashInfer
         // 16/32/64), so vLLM finds no backend for any other block size.
-        if !gpu.is_rocm() && block_size % 16 != 0 {
+        if !gpu.is_rocm() && !block_size.is_multiple_of(16) {
             return Err(CostError::InvalidConfig {
                 field: "block_size",
                 reason: format!(

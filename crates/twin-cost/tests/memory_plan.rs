@@ -197,7 +197,10 @@ fn auto_fit_picks_the_longest_fitting_length() {
     )
     .unwrap();
     let len = p.max_model_len();
-    assert!(len > 8192 && len < 131_072 && len % 64 == 0, "{len}");
+    assert!(
+        len > 8192 && len < 131_072 && len.is_multiple_of(64),
+        "{len}"
+    );
     assert!(plan(
         "llama-3.1-8b",
         "l4",

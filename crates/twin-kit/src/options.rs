@@ -315,9 +315,9 @@ impl KitOptions {
 pub(crate) fn duration(seconds: u32) -> String {
     if seconds == 0 {
         "0s".into()
-    } else if seconds % 3600 == 0 {
+    } else if seconds.is_multiple_of(3600) {
         format!("{}h", seconds / 3600)
-    } else if seconds % 60 == 0 {
+    } else if seconds.is_multiple_of(60) {
         format!("{}m", seconds / 60)
     } else {
         format!("{seconds}s")
