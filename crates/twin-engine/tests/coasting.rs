@@ -268,3 +268,68 @@ fn long_decodes_coast_and_still_match() {
         lockstep(&config, &plans, 7);
     }
 }
+
+#[test]
+fn request_never_shows_a_coasting_requests_stale_counters() {
+    for async_scheduling in [false, true] {
+        let config = SchedulerConfig {
+            block_size: 16,
+            num_gpu_blocks: 64,
+            max_model_len: 1024,
+            async_scheduling,
+            ..SchedulerConfig::default()
+        };
+        let mut eager = Side::new(&config, false);
+        let mut coast = Side::new(&config, true);
+        let new = || NewRequest {
+            request_id: "r0".into(),
+            prompt_token_ids: prompt(0, 0, 40),
+            sampling: SamplingParams {
+                max_tokens: 200,
+                min_tokens: 0,
+                stop_token_ids: Vec::new(),
+                eos_token_id: None,
+            },
+            arrival_time_s: 0.0,
+            priority: 0,
+            cache_salt: None,
+            lora_name: None,
+        };
+        let h = eager.core.add_request(new(), 0.0);
+        assert_eq!(coast.core.add_request(new(), 0.0), h);
+        let mut seen_coasting = 0;
+        for t in 0..60 {
+            assert_eq!(eager.step(t), coast.step(t), "step {t}");
+            let s = coast.core.scheduler();
+            let e = eager
+                .core
+                .scheduler()
+                .request(h)
+                .expect("eager: live, current");
+            if s.is_coasting(h) {
+                seen_coasting += 1;
+                assert!(
+                    s.request(h).is_none(),
+                    "stale counters handed out at step {t}"
+                );
+            } else {
+                // Not coasting (or its coast not yet begun): the same counters as eager.
+                let r = s.request(h).expect("live and current");
+                assert_eq!(r.num_computed_tokens, e.num_computed_tokens, "step {t}");
+                assert_eq!(r.all_token_ids(), e.all_token_ids(), "step {t}");
+            }
+        }
+        assert!(seen_coasting > 20, "only {seen_coasting} coasting steps");
+        coast.core.end_all_coasts();
+        let s = coast.core.scheduler();
+        assert!(!s.is_coasting(h));
+        let (r, e) = (
+            s.request(h).unwrap(),
+            eager.core.scheduler().request(h).unwrap(),
+        );
+        assert_eq!(r.num_computed_tokens, e.num_computed_tokens);
+        assert_eq!(r.num_output_placeholders, e.num_output_placeholders);
+        assert_eq!(r.all_token_ids(), e.all_token_ids());
+        assert_eq!(r.block_ids(), e.block_ids());
+    }
+}

@@ -88,6 +88,15 @@ struct StepPlan {
     num_updated: usize,
 }
 
+/// A waiting request's admission, once its tokens and blocks fit.
+struct Admission {
+    num_new_tokens: usize,
+    /// Its computed tokens once admitted (the cached prefix for a fresh request).
+    num_computed: usize,
+    /// A one-token admission padded to the spec-decode width.
+    pad_spec: bool,
+}
+
 /// How the RUNNING pass's allocation for one request ended.
 enum Allocation {
     Allocated,
@@ -624,7 +633,12 @@ impl Scheduler {
             self.kv
                 .record_prefix_cache_stats(self.requests.req(h), num_local_hit);
         }
-        self.admit(h, n, num_computed, pad_spec, block_start, plan, out);
+        let admission = Admission {
+            num_new_tokens: n,
+            num_computed,
+            pad_spec,
+        };
+        self.admit(h, admission, block_start, plan, out);
         true
     }
 
@@ -694,17 +708,19 @@ impl Scheduler {
 
     /// Move admitted request `h` from WAITING to RUNNING and add its entry (sent with its
     /// whole block table). vLLM: `Scheduler.schedule` (the end of the WAITING loop body).
-    #[allow(clippy::too_many_arguments)]
     fn admit(
         &mut self,
         h: ReqHandle,
-        n: usize,
-        num_computed: usize,
-        pad_spec: bool,
+        admission: Admission,
         block_start: usize,
         plan: &mut StepPlan,
         out: &mut SchedulerOutput,
     ) {
+        let Admission {
+            num_new_tokens: n,
+            num_computed,
+            pad_spec,
+        } = admission;
         self.waiting.pop();
         self.set_deferred(h, false);
         self.running.push(h);
