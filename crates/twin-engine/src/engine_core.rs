@@ -78,19 +78,9 @@ impl EngineCore {
         &self.outputs
     }
 
-    /// The newest scheduled batch (valid right after a step that scheduled).
-    pub fn last_scheduled(&self) -> Option<&SchedulerOutput> {
-        self.batch_queue.front().map(|(so, _)| so)
-    }
-
     /// Batches scheduled but not yet applied.
     pub fn num_in_flight_batches(&self) -> usize {
         self.batch_queue.len()
-    }
-
-    /// Engine steps taken so far (the next step's number).
-    pub fn step_number(&self) -> u64 {
-        self.step
     }
 
     pub fn add_request(&mut self, new: NewRequest, now_s: f64) -> ReqHandle {

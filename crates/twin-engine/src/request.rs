@@ -239,10 +239,6 @@ impl Request {
         &self.all_token_ids
     }
 
-    pub fn output_token_ids(&self) -> &[TokenId] {
-        &self.all_token_ids[self.num_prompt_tokens..]
-    }
-
     pub fn is_finished(&self) -> bool {
         self.status.is_finished()
     }

@@ -120,10 +120,6 @@ impl BlockPool {
         self.blocks[block as usize].ref_cnt
     }
 
-    pub fn block_hash(&self, block: u32) -> Option<BlockHash> {
-        self.blocks[block as usize].hash
-    }
-
     /// Any block cached under `hash`. vLLM: `BlockPool.get_cached_block`.
     pub fn get_cached_block(&self, hash: BlockHash) -> Option<u32> {
         match self.cached.get(&hash)? {
