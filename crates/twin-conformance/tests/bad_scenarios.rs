@@ -90,6 +90,12 @@ fn each_bad_field_is_named() {
             r#"{"name":"x","requests":[{"id":"a","prompt_len":5,"max_tokens":604444444444444444}]}"#,
             "max_tokens",
         ),
+        // Found by fuzz/scenario_reader: vLLM 0.34 itself fails an assertion here (a padded
+        // spec-decode admission clipped by the threshold); the twin overflowed later.
+        (
+            r#"{"name":"x","engine":{"num_speculative_tokens":43,"long_prefill_token_threshold":23},"requests":[]}"#,
+            "engine.long_prefill_token_threshold",
+        ),
         // Checked before a prompt's tokens or a group's requests are made.
         (
             r#"{"name":"x","requests":[{"id":"a","prompt_len":1000000000000,"max_tokens":1}]}"#,

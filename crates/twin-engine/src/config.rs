@@ -272,6 +272,27 @@ impl SchedulerConfig {
         if self.pipeline_parallel_size == 0 {
             return err("pipeline_parallel_size", "must be >= 1".into());
         }
+        self.check_spec_decode_padding()
+    }
+
+    /// vLLM 0.34 pads a one-token admission to `1 + num_speculative_tokens` rows and then clips
+    /// it to the long-prefill threshold, which fails its own assertion
+    /// (`Scheduler.schedule`, `assert num_new_tokens == 1 + self.num_spec_tokens`): the engine
+    /// crashes mid-run. The twin refuses the configuration at start-up instead (fidelity.md).
+    fn check_spec_decode_padding(&self) -> Result<(), ConfigError> {
+        let padded = 1 + self.num_speculative_tokens;
+        if self.num_speculative_tokens > 0
+            && self.long_prefill_token_threshold > 0
+            && self.long_prefill_token_threshold < padded
+        {
+            return err(
+                "long_prefill_token_threshold",
+                format!(
+                    "long_prefill_token_threshold ({}) is below 1 + num_speculative_tokens ({padded}): vLLM 0.34's scheduler pads a one-token admission to {padded} tokens, clips it to the threshold and fails its assertion; raise the threshold or use fewer speculative tokens",
+                    self.long_prefill_token_threshold
+                ),
+            );
+        }
         Ok(())
     }
 
