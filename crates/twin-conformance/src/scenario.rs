@@ -194,7 +194,13 @@ fn expand_generators(scn: &Map<String, Value>) -> Result<Vec<Map<String, Value>>
             for i in 0..count as usize {
                 let mut r = Map::new();
                 r.insert("id".into(), Value::String(format!("{prefix}{i}")));
-                r.insert("arrival_step".into(), Value::from(start + i as u64 * every));
+                let arrival = (i as u64)
+                    .checked_mul(every)
+                    .and_then(|x| x.checked_add(start))
+                    .ok_or_else(|| {
+                        field_err(at("arrival_every"), "arrival steps overflow 64 bits")
+                    })?;
+                r.insert("arrival_step".into(), Value::from(arrival));
                 r.insert("max_tokens".into(), cycled(max_tokens, i).clone());
                 r.insert("prompt_len".into(), cycled(prompt_len, i).clone());
                 if let Some(pg) = g.get("prefix_group") {

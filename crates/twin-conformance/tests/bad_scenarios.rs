@@ -96,6 +96,11 @@ fn each_bad_field_is_named() {
             r#"{"name":"x","engine":{"num_speculative_tokens":43,"long_prefill_token_threshold":23},"requests":[]}"#,
             "engine.long_prefill_token_threshold",
         ),
+        // Found by fuzz/scenario_reader: start + i * every overflowed.
+        (
+            r#"{"name":"x","generate":[{"count":3,"arrival_every":18446744073709551615,"prompt_len":5,"max_tokens":3}]}"#,
+            "arrival_every",
+        ),
         // Checked before a prompt's tokens or a group's requests are made.
         (
             r#"{"name":"x","requests":[{"id":"a","prompt_len":1000000000000,"max_tokens":1}]}"#,
