@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use twin_metrics::parser::{CounterTracker, Scrape};
+use twin_metrics::counters::CounterTracker;
+use twin_metrics::parser::Scrape;
 
 use crate::sources::Snapshot;
 

@@ -9,6 +9,7 @@
 //! no I/O, no dependency on the engine.
 
 pub mod buckets;
+pub mod counters;
 pub mod dcgm;
 pub mod exposition;
 pub mod families;

@@ -2,7 +2,8 @@
 //! golden exposition.
 
 use std::path::{Path, PathBuf};
-use twin_metrics::parser::{counter_increase, parse, parse_lossy, CounterTracker, Scrape};
+use twin_metrics::counters::{counter_increase, CounterTracker};
+use twin_metrics::parser::{parse, parse_lossy, Scrape};
 
 fn fixtures(sub: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
