@@ -61,7 +61,8 @@ pub struct ServeOptions {
 /// What every handler shares. No lock is held across an await.
 pub struct AppState {
     pub opts: ServeOptions,
-    pub engine: Mutex<mpsc::Sender<Cmd>>,
+    /// std's `Sender` is `Sync` (Rust 1.72): handlers send without a lock.
+    pub engine: mpsc::Sender<Cmd>,
     pub tokenizer: Arc<Tokenizer>,
     pub clock: EngineClock,
     pub metrics: Arc<ServerMetrics>,
@@ -113,7 +114,7 @@ impl AppState {
         let filler: Arc<[u32]> = Arc::from(tokenizer.filler());
         AppState {
             opts,
-            engine: Mutex::new(engine),
+            engine,
             tokenizer,
             clock,
             metrics,
@@ -131,8 +132,7 @@ impl AppState {
     }
 
     fn send(&self, c: Cmd) -> bool {
-        let tx = self.engine.lock().unwrap_or_else(|p| p.into_inner());
-        tx.send(c).is_ok()
+        self.engine.send(c).is_ok()
     }
 
     /// Ask the engine thread to stop (graceful shutdown).
