@@ -396,8 +396,8 @@ fn resolve_requests(scn: &Map<String, Value>) -> Result<Vec<ResolvedRequest>, Sc
                 &at("prompt_len"),
             )? as usize;
             // Checked before the prompt's tokens are made.
-            total_prompt_tokens += plen;
-            if plen > MAX_PROMPT_TOKENS || total_prompt_tokens > MAX_PROMPT_TOKENS {
+            total_prompt_tokens = total_prompt_tokens.saturating_add(plen);
+            if total_prompt_tokens > MAX_PROMPT_TOKENS {
                 return Err(field_err(
                     at("prompt_len"),
                     format!(

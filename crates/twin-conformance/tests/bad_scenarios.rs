@@ -96,6 +96,11 @@ fn each_bad_field_is_named() {
             r#"{"name":"x","engine":{"num_speculative_tokens":43,"long_prefill_token_threshold":23},"requests":[]}"#,
             "engine.long_prefill_token_threshold",
         ),
+        // The running sum itself must not overflow.
+        (
+            r#"{"name":"x","requests":[{"id":"a","prompt_len":18446744073709551615,"max_tokens":1}]}"#,
+            "prompt_len",
+        ),
         // Found by fuzz/scenario_reader (a timeout): 111 M prompt tokens to synthesise.
         (
             r#"{"name":"x","generate":[{"count":92830,"prompt_len":1201,"max_tokens":6}]}"#,
