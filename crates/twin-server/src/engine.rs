@@ -9,7 +9,7 @@
 //! Requests and aborts arriving while a batch runs are applied at the next step boundary,
 //! as vLLM's engine core drains its input queue between steps.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
@@ -19,14 +19,15 @@ use std::time::{Duration, Instant};
 const SPIN_BEFORE_DEADLINE: Duration = Duration::from_micros(1500);
 
 use tokio::sync::mpsc::UnboundedSender;
-use twin_cost::{BatchShape, CostModel, SeqChunk};
-use twin_engine::{
-    EngineCore, EngineCoreEventType, FinishReason, NewRequest, ReqHandle, SamplingParams,
-};
+use twin_cost::{BatchShape, CostModel};
+use twin_engine::{EngineCore, FinishReason, NewRequest, ReqHandle, SamplingParams};
 use twin_metrics::stats as ms;
+use twin_sim::output_processor::{
+    fill_batch_shape, Finished, RequestTimes, StepTimeline, TokenTiming,
+};
 
 use crate::dcgm::Dcgm;
-use crate::metrics::{finish_reason, scheduler_stats, ServerMetrics};
+use crate::metrics::{scheduler_stats, ServerMetrics};
 use crate::runner::{FillerRunner, FillerRunnerExt, GenPlan};
 use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 
@@ -106,14 +107,7 @@ struct Tracked {
     id: u64,
     handle: ReqHandle,
     tx: UnboundedSender<Event>,
-    arrival_s: f64,
-    queued_s: f64,
-    scheduled_s: Option<f64>,
-    first_token_s: Option<f64>,
-    last_token_s: f64,
-    num_generation_tokens: usize,
-    num_preemptions: usize,
-    num_cached_tokens: usize,
+    times: RequestTimes,
     num_prompt_tokens: usize,
     max_tokens_param: Option<u64>,
     decoder: IncrementalDecoder,
@@ -148,8 +142,7 @@ pub struct EngineLoop {
     counters: Arc<EngineCounters>,
     /// Wall-clock release lateness samples in seconds (bounded ring; the bench reads them).
     pub lateness: Arc<std::sync::Mutex<Vec<f64>>>,
-    gpu_free_s: f64,
-    in_flight_end_s: VecDeque<f64>,
+    timeline: StepTimeline,
     tracked: Vec<Option<Tracked>>,
     by_id: HashMap<u64, ReqHandle>,
     to_abort: Vec<ReqHandle>,
@@ -185,8 +178,7 @@ impl EngineLoop {
             dcgm: p.dcgm,
             counters: p.counters,
             lateness: p.lateness,
-            gpu_free_s: 0.0,
-            in_flight_end_s: VecDeque::new(),
+            timeline: StepTimeline::default(),
             tracked: Vec::new(),
             by_id: HashMap::new(),
             to_abort: Vec::new(),
@@ -222,39 +214,28 @@ impl EngineLoop {
             let batch = &mut self.batch;
             let mut step_cost = None;
             let report = self.core.step(&mut self.runner, t, |_, so| {
-                batch.clear();
-                for e in &so.scheduled {
-                    batch.push(SeqChunk {
-                        new_tokens: e.num_scheduled_tokens as u32,
-                        context_len: e.num_computed_tokens as u32,
-                        draft_tokens: e.spec_range.len() as u32,
-                        emits_token: e.samples,
-                    });
-                }
+                fill_batch_shape(batch, so);
                 if so.total_num_scheduled_tokens > 0 {
                     step_cost = Some(cost.step_time_s(batch));
                 }
             });
             self.counters.steps.fetch_add(1, Ordering::Relaxed);
             if report.scheduled {
-                let dur = step_cost.as_ref().map_or(0.0, |c| c.step_time_s);
-                let start = t.max(self.gpu_free_s);
-                let end = start + dur;
+                let (start, end) = self
+                    .timeline
+                    .schedule(t, step_cost.as_ref().map(|c| c.step_time_s));
                 if let Some(c) = &step_cost {
-                    self.gpu_free_s = end;
                     // DCGM sees the GPU-busy share of the step.
-                    let busy_end = start + c.gpu_time_s.min(dur);
+                    let busy_end = start + c.gpu_time_s.min(end - start);
                     self.dcgm.record_step(
                         self.clock.to_instant(start),
                         self.clock.to_instant(busy_end),
                         c.utilisation,
                     );
                 }
-                self.in_flight_end_s
-                    .push_back(if dur > 0.0 { end } else { t });
             }
             if report.updated_step.is_some() {
-                let out_time = self.in_flight_end_s.pop_front().unwrap_or(t).max(t);
+                let out_time = self.timeline.pop_outputs(t);
                 // The GPU is busy until out_time: hold the outputs, buffer what arrives.
                 if !self.wait_until(out_time, &rx, &mut pending) {
                     return;
@@ -357,14 +338,7 @@ impl EngineLoop {
             id: s.id,
             handle: h,
             tx: s.events,
-            arrival_s: s.arrival_s,
-            queued_s: now,
-            scheduled_s: None,
-            first_token_s: None,
-            last_token_s: 0.0,
-            num_generation_tokens: 0,
-            num_preemptions: 0,
-            num_cached_tokens: 0,
+            times: RequestTimes::new(s.arrival_s, now),
             num_prompt_tokens,
             max_tokens_param: s.max_tokens_param,
             decoder: IncrementalDecoder::default(),
@@ -392,40 +366,17 @@ impl EngineLoop {
                 continue;
             }
             has_outputs = true;
-            for ev in &o.events {
-                match ev.kind {
-                    EngineCoreEventType::Queued => tr.queued_s = ev.timestamp_s,
-                    EngineCoreEventType::Scheduled => {
-                        tr.scheduled_s.get_or_insert(ev.timestamp_s);
-                    }
-                    EngineCoreEventType::Preempted => {
-                        tr.num_preemptions += 1;
-                        it.num_preempted_reqs += 1;
-                    }
-                }
-            }
-            if let Some(ps) = o.prefill_stats {
-                tr.num_cached_tokens = ps.num_local_cached_tokens + ps.num_external_cached_tokens;
-            }
+            it.num_preempted_reqs += tr.times.apply_events(&o.events) as u64;
+            tr.times.apply_prefill_stats(o.prefill_stats);
             let toks = outs.new_tokens(o);
             it.num_generation_tokens += toks.len() as u64;
-            if !toks.is_empty() {
-                if tr.first_token_s.is_none() {
-                    tr.first_token_s = Some(out_time);
-                    // vLLM: PromptTokenStats.update_from_output at the first output.
-                    let cached = tr.num_cached_tokens.min(o.num_prompt_tokens) as u64;
-                    let p = &mut it.prompt_token_stats;
-                    p.computed += o.num_prompt_tokens as u64 - cached;
-                    p.local_cache_hit += cached;
-                    p.cached_tokens += cached;
-                    p.total += o.num_prompt_tokens as u64;
-                    it.time_to_first_tokens_iter_s.push(out_time - tr.arrival_s);
-                } else {
-                    it.inter_token_latencies_iter_s
-                        .push(out_time - tr.last_token_s);
+            match tr.times.apply_new_tokens(toks.len(), out_time) {
+                Some(TokenTiming::First) => {
+                    tr.times
+                        .record_first_token(&mut it, out_time, o.num_prompt_tokens)
                 }
-                tr.last_token_s = out_time;
-                tr.num_generation_tokens += toks.len();
+                Some(TokenTiming::Inter { itl_s }) => it.inter_token_latencies_iter_s.push(itl_s),
+                None => {}
             }
             // Detokenize, then look for stop strings. vLLM: `Detokenizer.update` →
             // `check_stop_strings` (text truncated before the match).
@@ -472,7 +423,7 @@ impl EngineLoop {
                 text,
                 num_new_tokens: toks.len(),
                 finish: finish.clone(),
-                num_cached_tokens: tr.num_cached_tokens,
+                num_cached_tokens: tr.times.num_cached_tokens,
                 due: target,
             };
             let delivered = tr.tx.send(event).is_ok();
@@ -483,33 +434,15 @@ impl EngineLoop {
                     o.finish_reason.unwrap_or(FinishReason::Stop)
                 };
                 if engine_reason != FinishReason::Abort {
-                    // vLLM: IterationStats.update_from_finished_request.
-                    let sched = tr.scheduled_s.unwrap_or(tr.queued_s);
-                    let first = tr.first_token_s.unwrap_or(tr.last_token_s);
-                    let decode = tr.last_token_s - first;
-                    let n = tr.num_generation_tokens as u64;
-                    it.finished_requests.push(ms::FinishedRequestStats {
-                        finish_reason: finish_reason(engine_reason),
-                        request_id: None,
-                        e2e_latency_s: out_time - tr.arrival_s,
-                        num_prompt_tokens: tr.num_prompt_tokens as i64,
-                        num_preemptions: tr.num_preemptions as u64,
-                        num_generation_tokens: n,
-                        max_tokens_param: tr.max_tokens_param,
-                        queued_time_s: sched - tr.queued_s,
-                        prefill_time_s: first - sched,
-                        inference_time_s: tr.last_token_s - sched,
-                        decode_time_s: decode,
-                        mean_time_per_output_token_s: if n > 1 {
-                            decode / (n - 1) as f64
-                        } else {
-                            0.0
+                    tr.times.record_finished(
+                        &mut it,
+                        &Finished {
+                            reason: engine_reason,
+                            e2e_s: out_time - tr.times.arrival_s,
+                            num_prompt_tokens: tr.num_prompt_tokens,
+                            max_tokens_param: tr.max_tokens_param,
                         },
-                        is_corrupted: false,
-                        num_cached_tokens: tr.num_cached_tokens as i64,
-                    });
-                    it.max_num_generation_tokens_iter.push(n);
-                    it.n_params_iter.push(1);
+                    );
                 }
                 if o.finish_reason.is_none() {
                     // Finished in the frontend (stop string): abort it in the engine.

@@ -17,7 +17,7 @@ pub struct ServerMetrics {
 }
 
 // The engine → vLLM stats mappings are the simulator's, so both faces export alike.
-pub use twin_sim::metrics_bridge::{finish_reason, scheduler_stats};
+pub use twin_sim::metrics_bridge::scheduler_stats;
 
 impl ServerMetrics {
     /// Families and buckets as `vllm serve` registers them for this engine.

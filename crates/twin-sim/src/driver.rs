@@ -3,16 +3,14 @@
 //! `vllm/v1/metrics/stats.py` computes them (see [`RequestTimes`]).
 
 use twin_cost::{
-    gpu, BatchShape, CostModel, DecodeGroup, GpuSpec, MemoryPlan, ModelSpec, SeqChunk, ServeConfig,
-    SpecMethod,
+    gpu, BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod,
 };
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
-use twin_engine::{
-    EngineCore, EngineCoreEventType, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy,
-};
+use twin_engine::{EngineCore, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy};
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
 use crate::observe::{FinishedRequest, Observer, StepSample};
+use crate::output_processor::{fill_batch_shape, StepTimeline, TokenTiming};
 use crate::SimError;
 
 /// API-server work outside the engine (named constants; the frontend is not costed
@@ -145,18 +143,7 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
     Ok(Startup { plan, scheduler })
 }
 
-/// vLLM's per-request timestamps (`RequestStateStats`), in simulated seconds.
-#[derive(Clone, Debug, Default)]
-pub struct RequestTimes {
-    pub arrival_s: f64,
-    pub queued_s: f64,
-    pub scheduled_s: Option<f64>,
-    pub first_token_s: Option<f64>,
-    pub last_token_s: f64,
-    pub num_generation_tokens: usize,
-    pub num_preemptions: usize,
-    pub num_cached_tokens: usize,
-}
+pub use crate::output_processor::RequestTimes;
 
 /// What the driver keeps per request in the engine. Split hot/cold: the output loop reads
 /// `times` every step, the spec and kept outputs only at the end (and for sessions).
@@ -193,9 +180,7 @@ struct EngineSlot {
     clock_s: f64,
     /// When the last outputs came out (coasting decodes' previous token).
     last_out_s: f64,
-    gpu_free_s: f64,
-    /// End times of batches in flight, oldest first.
-    in_flight_end_s: std::collections::VecDeque<f64>,
+    timeline: StepTimeline,
     tracked: Vec<Option<Tracked>>,
     tracked_cold: Vec<Option<TrackedCold>>,
     decode: Vec<DecodeState>,
@@ -238,8 +223,7 @@ pub fn run(
             batch: BatchShape::with_capacity(startup.scheduler.max_num_seqs),
             clock_s: 0.0,
             last_out_s: 0.0,
-            gpu_free_s: 0.0,
-            in_flight_end_s: Default::default(),
+            timeline: StepTimeline::default(),
             tracked: Vec::new(),
             tracked_cold: Vec::new(),
             decode: Vec::new(),
@@ -317,11 +301,7 @@ pub fn run(
                     ..DecodeState::default()
                 };
                 slot.tracked[h.index()] = Some(Tracked {
-                    times: RequestTimes {
-                        arrival_s: spec.arrival_time_s,
-                        queued_s: add_s,
-                        ..Default::default()
-                    },
+                    times: RequestTimes::new(spec.arrival_time_s, add_s),
                     keeps_outputs,
                 });
                 slot.tracked_cold[h.index()] = Some(TrackedCold {
@@ -374,20 +354,7 @@ fn step_engine(
     let mut step_cost = None;
     let mut sample = StepSample::default();
     let report = slot.core.step(&mut slot.runner, t, |sched, so| {
-        let _ = sched;
-        batch.clear();
-        for e in &so.scheduled {
-            batch.push(SeqChunk {
-                new_tokens: e.num_scheduled_tokens as u32,
-                context_len: e.num_computed_tokens as u32,
-                draft_tokens: e.spec_range.len() as u32,
-                emits_token: e.samples,
-            });
-        }
-        batch.set_decode_group(DecodeGroup {
-            count: so.num_coasting as u64,
-            attended_tokens: so.coasting_attended_tokens,
-        });
+        fill_batch_shape(batch, so);
         if so.total_num_scheduled_tokens > 0 {
             step_cost = Some(cost.step_time_s(batch));
         }
@@ -405,14 +372,9 @@ fn step_engine(
             so.total_num_scheduled_tokens >= sched.config().max_num_scheduled_tokens;
     });
     if report.scheduled {
-        let dur = step_cost.as_ref().map_or(0.0, |c| c.step_time_s);
-        let start = t.max(slot.gpu_free_s);
-        let end = start + dur;
-        if dur > 0.0 {
-            slot.gpu_free_s = end;
-        }
-        slot.in_flight_end_s
-            .push_back(if dur > 0.0 { end } else { t });
+        let (start, end) = slot
+            .timeline
+            .schedule(t, step_cost.as_ref().map(|c| c.step_time_s));
         sample.start_s = start;
         sample.end_s = end;
         sample.cost = step_cost;
@@ -422,7 +384,7 @@ fn step_engine(
     // Runs of equal inter-token intervals, reported as one call each.
     let mut itl_run: Option<(f64, usize)> = None;
     if report.updated_step.is_some() {
-        out_time = slot.in_flight_end_s.pop_front().unwrap_or(t).max(t);
+        out_time = slot.timeline.pop_outputs(t);
         let outs = slot.core.outputs();
         // Coasts that ended: their tokens were counted as they came; catch up their state.
         for &(h, n) in &outs.coast_exits {
@@ -471,45 +433,25 @@ fn step_engine(
             };
             tr.times.last_token_s = hot.last_token_s;
             tr.times.num_generation_tokens = hot.num_generation_tokens as usize;
-            for ev in &o.events {
-                match ev.kind {
-                    EngineCoreEventType::Queued => tr.times.queued_s = ev.timestamp_s,
-                    EngineCoreEventType::Scheduled => {
-                        tr.times.scheduled_s.get_or_insert(ev.timestamp_s);
-                    }
-                    EngineCoreEventType::Preempted => {
-                        tr.times.num_preemptions += 1;
-                        sample.num_preempted_events += 1;
-                    }
-                }
-            }
-            if let Some(ps) = o.prefill_stats {
-                tr.times.num_cached_tokens =
-                    ps.num_local_cached_tokens + ps.num_external_cached_tokens;
-            }
-            if !toks.is_empty() {
-                let first = tr.times.first_token_s.is_none();
-                if first {
-                    tr.times.first_token_s = Some(out_time);
-                    observer.on_first_token(
+            sample.num_preempted_events += tr.times.apply_events(&o.events);
+            tr.times.apply_prefill_stats(o.prefill_stats);
+            if let Some(timing) = tr.times.apply_new_tokens(toks.len(), out_time) {
+                match timing {
+                    TokenTiming::First => observer.on_first_token(
                         engine,
                         &tr.times,
                         out_time + frontend::DETOKENIZE_S,
                         o.num_prompt_tokens,
-                    );
-                } else {
-                    let itl = out_time - tr.times.last_token_s;
-                    match &mut itl_run {
-                        Some((v, n)) if *v == itl => *n += 1,
+                    ),
+                    TokenTiming::Inter { itl_s } => match &mut itl_run {
+                        Some((v, n)) if *v == itl_s => *n += 1,
                         run => {
-                            if let Some((v, n)) = run.replace((itl, 1)) {
+                            if let Some((v, n)) = run.replace((itl_s, 1)) {
                                 observer.on_inter_tokens(engine, v, n, out_time);
                             }
                         }
-                    }
+                    },
                 }
-                tr.times.last_token_s = out_time;
-                tr.times.num_generation_tokens += toks.len();
                 hot.started = true;
                 hot.last_token_s = out_time;
                 hot.num_generation_tokens = tr.times.num_generation_tokens as u32;

@@ -8,6 +8,7 @@ pub mod engine_args;
 pub mod experiment;
 pub mod metrics_bridge;
 pub mod observe;
+pub mod output_processor;
 pub mod quantiles;
 pub mod report;
 pub mod vllm_flags;

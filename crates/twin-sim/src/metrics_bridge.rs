@@ -3,13 +3,13 @@
 //! keeps a [`MetricsRecorder`] (optionally taking Prometheus-style scrapes in sim time).
 //! vLLM: `v1/engine/output_processor.py` + `v1/metrics/stats.py IterationStats`.
 
-use twin_engine::FinishReason;
 use twin_metrics::dcgm::{dcgm_families, DcgmGpu, DcgmSample};
 use twin_metrics::stats as ms;
 use twin_metrics::{CacheConfigInfo, MetricsConfig, MetricsRecorder, OpenMetricsTimeline};
 
 use crate::driver::{RequestTimes, Startup};
 use crate::observe::{FinishedRequest, Observer, StepSample};
+use crate::output_processor::Finished;
 
 /// Simulated time 0 on the wall clock of the scrapes (2026-01-01T00:00:00Z).
 pub const SIM_EPOCH_UNIX_S: f64 = 1_767_225_600.0;
@@ -39,16 +39,7 @@ struct DcgmState {
     acc: Vec<[f64; 5]>,
 }
 
-/// The engine's finish reason as the `finished_reason` label.
-pub fn finish_reason(r: FinishReason) -> ms::FinishReason {
-    match r {
-        FinishReason::Stop => ms::FinishReason::Stop,
-        FinishReason::Length => ms::FinishReason::Length,
-        FinishReason::Abort => ms::FinishReason::Abort,
-        FinishReason::Error => ms::FinishReason::Error,
-        FinishReason::Repetition => ms::FinishReason::Repetition,
-    }
-}
+pub use crate::output_processor::finish_reason;
 
 impl MetricsObserver {
     /// `vllm:cache_config_info` and bucket edges follow the started engine(s).
@@ -174,17 +165,8 @@ impl Observer for MetricsObserver {
         frontend_s: f64,
         num_prompt_tokens: usize,
     ) {
-        let it = &mut self.pending[engine];
         self.has_outputs[engine] = true;
-        // vLLM: PromptTokenStats.update_from_output at the request's first output.
-        let cached = t.num_cached_tokens.min(num_prompt_tokens) as u64;
-        let p = &mut it.prompt_token_stats;
-        p.computed += num_prompt_tokens as u64 - cached;
-        p.local_cache_hit += cached;
-        p.cached_tokens += cached;
-        p.total += num_prompt_tokens as u64;
-        it.time_to_first_tokens_iter_s
-            .push(frontend_s - t.arrival_s);
+        t.record_first_token(&mut self.pending[engine], frontend_s, num_prompt_tokens);
     }
 
     fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, _t_s: f64) {
@@ -197,34 +179,16 @@ impl Observer for MetricsObserver {
     }
 
     fn on_finished(&mut self, engine: usize, r: &FinishedRequest<'_>) {
-        let t = r.times;
         self.has_outputs[engine] = true;
-        let (sched, first) = (
-            t.scheduled_s.unwrap_or(t.queued_s),
-            t.first_token_s.unwrap_or(t.last_token_s),
+        r.times.record_finished(
+            &mut self.pending[engine],
+            &Finished {
+                reason: r.finish_reason,
+                e2e_s: r.e2e_s,
+                num_prompt_tokens: r.num_prompt_tokens,
+                max_tokens_param: Some(r.max_tokens as u64),
+            },
         );
-        let decode = t.last_token_s - first;
-        let n = t.num_generation_tokens as u64;
-        let it = &mut self.pending[engine];
-        // vLLM: IterationStats.update_from_finished_request.
-        it.finished_requests.push(ms::FinishedRequestStats {
-            finish_reason: finish_reason(r.finish_reason),
-            request_id: None,
-            e2e_latency_s: r.e2e_s,
-            num_prompt_tokens: r.num_prompt_tokens as i64,
-            num_preemptions: t.num_preemptions as u64,
-            num_generation_tokens: n,
-            max_tokens_param: Some(r.max_tokens as u64),
-            queued_time_s: sched - t.queued_s,
-            prefill_time_s: first - sched,
-            inference_time_s: t.last_token_s - sched,
-            decode_time_s: decode,
-            mean_time_per_output_token_s: if n > 1 { decode / (n - 1) as f64 } else { 0.0 },
-            is_corrupted: false,
-            num_cached_tokens: t.num_cached_tokens as i64,
-        });
-        it.max_num_generation_tokens_iter.push(n);
-        it.n_params_iter.push(1);
     }
 
     fn on_rejected(&mut self, _req: &twin_workload::RequestSpec) {}
