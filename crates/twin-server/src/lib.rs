@@ -8,7 +8,7 @@
 //! vLLM's exposition (twin-metrics); a second listener serves dcgm-exporter's GPU families
 //! from the cost model's per-step utilisation. See docs/serve.md.
 //!
-//! Modules: [`api`] (wire types), [`routes`] (HTTP handlers), [`engine`] (the engine thread),
+//! Modules: [`api`] (wire types), [`routes`] (HTTP handlers, one module per endpoint family), [`engine`] (the engine thread),
 //! [`runner`] (deterministic model runner), [`tokenizer`] (offline BPE + chat template),
 //! [`sse`] (stream framing), [`errors`] (vLLM error bodies), [`metrics`] (twin-metrics
 //! adapter), [`dcgm`] (GPU exporter), [`server`] (start-up and shutdown), [`bench`] (load

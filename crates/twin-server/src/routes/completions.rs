@@ -1,237 +1,29 @@
-//! HTTP routes: vLLM's OpenAI server endpoints plus the twin's fault toggle. Handlers parse
-//! and validate like vLLM's serving layer, submit to the engine thread and turn its outputs
-//! into JSON or SSE. vLLM: `entrypoints/openai/*/api_router.py`, `serving.py`.
+//! `POST /v1/chat/completions` and `POST /v1/completions`: validation, admission, submission
+//! to the engine thread, and the JSON or SSE answer. vLLM: `OpenAIServingChat`,
+//! `OpenAIServingCompletion`.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use futures_util::stream;
 use rand::Rng;
-use rand_chacha::ChaCha8Rng;
-use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedReceiver;
 use twin_engine::SamplingParams;
 use twin_metrics::stats::AdmissionReason;
-use twin_workload::LengthDist;
 
+use super::state::{random_hex, unix_now, AppState, Shared};
+use super::{check_model, parse_body};
 use crate::api::*;
-use crate::dcgm::Dcgm;
-use crate::engine::{Cmd, EngineClock, EngineCounters, Event, Submit};
+use crate::engine::{Cmd, Event, Submit};
 use crate::errors::{self, ApiError};
-use crate::metrics::ServerMetrics;
 use crate::runner::GenPlan;
 use crate::sse::{stop_reason_json, StreamState};
-use crate::tokenizer::{Tokenizer, EOS_TOKEN_ID};
-
-/// Faults switchable at run time (`POST /twin/faults`).
-#[derive(Debug, Default)]
-pub struct Faults {
-    /// Probability (×1e6) that a generation request fails with 500.
-    pub fail_rate_ppm: AtomicU64,
-    /// `/health` answers 503 and generation requests fail (a dead engine).
-    pub unhealthy: AtomicBool,
-}
-
-/// Server-wide options that do not change while serving.
-#[derive(Clone, Debug)]
-pub struct ServeOptions {
-    pub served_model_name: String,
-    pub model_root: String,
-    pub max_model_len: usize,
-    pub api_keys: Vec<String>,
-    pub max_num_queued_reqs: Option<usize>,
-    pub max_num_queued_tokens: Option<usize>,
-    pub enable_force_include_usage: bool,
-    pub enable_prompt_tokens_details: bool,
-    pub response_role: &'static str,
-    pub echo: bool,
-    pub output_len: LengthDist,
-    pub max_body_bytes: usize,
-}
-
-/// What every handler shares. No lock is held across an await.
-pub struct AppState {
-    pub opts: ServeOptions,
-    /// std's `Sender` is `Sync` (Rust 1.72): handlers send without a lock.
-    pub engine: mpsc::Sender<Cmd>,
-    pub tokenizer: Arc<Tokenizer>,
-    pub clock: EngineClock,
-    pub metrics: Arc<ServerMetrics>,
-    pub dcgm: Arc<Dcgm>,
-    pub counters: Arc<EngineCounters>,
-    pub faults: Faults,
-    pub rng: Mutex<ChaCha8Rng>,
-    next_id: AtomicU64,
-    /// Unfinished generation requests (vLLM: `OutputProcessor.get_num_unfinished_requests`).
-    pub num_unfinished: AtomicUsize,
-    /// Prompt tokens of requests still in prefill (`get_num_queued_tokens`).
-    pub num_queued_tokens: AtomicUsize,
-    /// `/load`'s `server_load` (vLLM: `load_aware_call`).
-    pub server_load: AtomicI64,
-    pub filler: Arc<[u32]>,
-    /// Delivery error samples (s): when a handler hands an output to the connection minus
-    /// when the engine clock says it exists (bounded; the bench and tests read it).
-    pub delivery_error_s: Mutex<Vec<f32>>,
-}
-
-const DELIVERY_SAMPLES: usize = 1 << 21;
-
-impl AppState {
-    fn note_delivery(&self, ev: &Event) {
-        let late = std::time::Instant::now().saturating_duration_since(ev.due);
-        let mut v = self
-            .delivery_error_s
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if v.len() < DELIVERY_SAMPLES {
-            v.push(late.as_secs_f32());
-        }
-    }
-}
-
-impl AppState {
-    // One constructor call in server.rs; a builder would only rename the arguments.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        opts: ServeOptions,
-        engine: mpsc::Sender<Cmd>,
-        tokenizer: Arc<Tokenizer>,
-        clock: EngineClock,
-        metrics: Arc<ServerMetrics>,
-        dcgm: Arc<Dcgm>,
-        counters: Arc<EngineCounters>,
-        rng: ChaCha8Rng,
-    ) -> Self {
-        let filler: Arc<[u32]> = Arc::from(tokenizer.filler());
-        AppState {
-            opts,
-            engine,
-            tokenizer,
-            clock,
-            metrics,
-            dcgm,
-            counters,
-            faults: Faults::default(),
-            rng: Mutex::new(rng),
-            next_id: AtomicU64::new(0),
-            num_unfinished: AtomicUsize::new(0),
-            num_queued_tokens: AtomicUsize::new(0),
-            server_load: AtomicI64::new(0),
-            filler,
-            delivery_error_s: Mutex::new(Vec::new()),
-        }
-    }
-
-    fn send(&self, c: Cmd) -> bool {
-        self.engine.send(c).is_ok()
-    }
-
-    /// Ask the engine thread to stop (graceful shutdown).
-    pub fn shutdown_engine(&self) {
-        let _ = self.send(Cmd::Shutdown);
-    }
-}
-
-type Shared = Arc<AppState>;
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// A random-looking 32-hex id like `random_uuid()` (unique per server by construction).
-fn random_hex(st: &AppState, seq: u64) -> String {
-    let r: u64 = st.rng.lock().unwrap_or_else(|p| p.into_inner()).gen();
-    format!(
-        "{:016x}{:016x}",
-        r,
-        seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ r.rotate_left(17)
-    )
-}
-
-/// Build the router: API routes, auth, body limit, vLLM's 404/405 bodies.
-pub fn router(st: Shared) -> Router {
-    let limit = st.opts.max_body_bytes;
-    Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/completions", post(completions))
-        .route("/v1/models", get(models))
-        .route("/health", get(health))
-        .route("/ping", get(ping).post(ping))
-        .route("/version", get(version))
-        .route("/load", get(load))
-        .route("/tokenize", post(tokenize))
-        .route("/detokenize", post(detokenize))
-        .route("/metrics", get(metrics))
-        .route("/twin/faults", get(get_faults).post(set_faults))
-        .fallback(|| async { errors::detail(StatusCode::NOT_FOUND, "Not Found") })
-        .method_not_allowed_fallback(|| async {
-            errors::detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
-        })
-        .layer(middleware::from_fn_with_state(st.clone(), authenticate))
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(st)
-}
-
-/// vLLM: `AuthenticationMiddleware` (Bearer token on `/v1...`; OPTIONS and other paths pass).
-async fn authenticate(State(st): State<Shared>, req: Request, next: Next) -> Response {
-    if !st.opts.api_keys.is_empty()
-        && req.method() != Method::OPTIONS
-        && req.uri().path().starts_with("/v1")
-    {
-        let ok = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, param) = v.split_once(' ').unwrap_or((v, ""));
-                scheme.eq_ignore_ascii_case("bearer").then_some(param)
-            })
-            .is_some_and(|tok| st.opts.api_keys.iter().any(|k| ct_eq(k, tok)));
-        if !ok {
-            return errors::unauthorized();
-        }
-    }
-    next.run(req).await
-}
-
-/// Constant-time comparison (vLLM compares sha256 digests with `secrets.compare_digest`).
-fn ct_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
-    }
-    diff == 0
-}
-
-/// Parse a JSON body into `T`, answering 400 the way FastAPI's validation does.
-fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Err(e) => Err(errors::from_serde(&e, false)),
-        Ok(v) => serde_json::from_value::<T>(v).map_err(|e| errors::from_serde(&e, true)),
-    }
-}
-
-fn check_model(st: &AppState, model: &Option<String>) -> Result<(), ApiError> {
-    match model.as_deref() {
-        // vLLM: an absent model means the first served one.
-        None | Some("") => Ok(()),
-        Some(m) if m == st.opts.served_model_name => Ok(()),
-        Some(m) => Err(ApiError::model_not_found(m, &st.opts.served_model_name)),
-    }
-}
+use crate::tokenizer::EOS_TOKEN_ID;
 
 /// A validated generation request, ready for the engine.
 struct Prepared {
@@ -459,7 +251,7 @@ fn submit(
 }
 
 /// `POST /v1/chat/completions`. vLLM: `OpenAIServingChat.create_chat_completion`.
-async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
+pub(super) async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
     let arrival_s = st.clock.now_s();
     let req: ChatCompletionRequest = match parse_body(&body) {
         Ok(r) => r,
@@ -492,7 +284,7 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
 }
 
 /// `POST /v1/completions`. vLLM: `OpenAIServingCompletion.create_completion`.
-async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
+pub(super) async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
     let arrival_s = st.clock.now_s();
     let req: CompletionRequest = match parse_body(&body) {
         Ok(r) => r,
@@ -762,206 +554,4 @@ async fn collect_response(
         Ok(b) => errors::json_response(StatusCode::OK, b),
         Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
-}
-
-/// `GET /v1/models`. vLLM: `OpenAIModelRegistry.show_available_models`.
-async fn models(State(st): State<Shared>) -> Response {
-    let now = unix_now();
-    let list = ModelList {
-        object: "list",
-        data: vec![ModelCard {
-            id: st.opts.served_model_name.clone(),
-            object: "model",
-            created: now,
-            owned_by: "vllm",
-            root: Some(st.opts.model_root.clone()),
-            parent: None,
-            max_model_len: Some(st.opts.max_model_len),
-            permission: vec![ModelPermission {
-                id: format!("modelperm-{}", random_hex(&st, now)),
-                object: "model_permission",
-                created: now,
-                allow_create_engine: false,
-                allow_sampling: true,
-                allow_logprobs: true,
-                allow_search_indices: false,
-                allow_view: true,
-                allow_fine_tuning: false,
-                organization: "*",
-                group: None,
-                is_blocking: false,
-            }],
-        }],
-    };
-    errors::json_response(
-        StatusCode::OK,
-        serde_json::to_string(&list).unwrap_or_default(),
-    )
-}
-
-/// `GET /health`: 200 with an empty body; 503 when the engine is "dead" (fault toggle).
-async fn health(State(st): State<Shared>) -> Response {
-    if st.faults.unhealthy.load(Ordering::Relaxed) {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    }
-    StatusCode::OK.into_response()
-}
-
-/// `GET|POST /ping` (SageMaker): same as /health.
-async fn ping(st: State<Shared>) -> Response {
-    health(st).await
-}
-
-/// `GET /version`.
-async fn version() -> Response {
-    errors::json_response(StatusCode::OK, r#"{"version":"0.34.0"}"#.to_string())
-}
-
-/// `GET /load`: in-flight generation requests.
-async fn load(State(st): State<Shared>) -> Response {
-    errors::json_response(
-        StatusCode::OK,
-        format!(
-            r#"{{"server_load":{}}}"#,
-            st.server_load.load(Ordering::Relaxed)
-        ),
-    )
-}
-
-/// `POST /tokenize`. vLLM: `OpenAIServingTokenization.create_tokenize`.
-async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {
-    let req: TokenizeRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    if let Err(e) = check_model(&st, &req.model) {
-        return e.into_response();
-    }
-    let tokens = match (&req.prompt, &req.messages) {
-        (Some(p), _) => st
-            .tokenizer
-            .encode_prompt(p, req.add_special_tokens.unwrap_or(true)),
-        (None, Some(m)) => {
-            let msgs: Vec<ChatMessage> = m.iter().map(RawChatMessage::flatten).collect();
-            st.tokenizer
-                .encode_chat(&msgs, req.add_generation_prompt.unwrap_or(true))
-        }
-        (None, None) => {
-            return ApiError::validation(
-                "1 validation error:\n  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required'}",
-                Some("body.prompt"),
-            )
-            .into_response()
-        }
-    };
-    let token_strs = req
-        .return_token_strs
-        .unwrap_or(false)
-        .then(|| tokens.iter().map(|&t| st.tokenizer.token_str(t)).collect());
-    let r = TokenizeResponse {
-        count: tokens.len(),
-        max_model_len: st.opts.max_model_len,
-        tokens,
-        token_strs,
-    };
-    errors::json_response(
-        StatusCode::OK,
-        serde_json::to_string(&r).unwrap_or_default(),
-    )
-}
-
-/// `POST /detokenize`. vLLM: `OpenAIServingTokenization.create_detokenize`.
-async fn detokenize(State(st): State<Shared>, body: Bytes) -> Response {
-    let req: DetokenizeRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    if let Err(e) = check_model(&st, &req.model) {
-        return e.into_response();
-    }
-    if let Some(bad) = req.tokens.iter().find(|&&t| t < 0 || t > u32::MAX as i64) {
-        return ApiError::bad_request(
-            format!("Token id {bad} is out of vocabulary"),
-            Some("tokens"),
-        )
-        .into_response();
-    }
-    let ids: Vec<u32> = req.tokens.iter().map(|&t| t as u32).collect();
-    let r = DetokenizeResponse {
-        prompt: st.tokenizer.decode(&ids),
-    };
-    errors::json_response(
-        StatusCode::OK,
-        serde_json::to_string(&r).unwrap_or_default(),
-    )
-}
-
-/// `GET /metrics`: vLLM's families, always as classic text with prometheus_client's
-/// `CONTENT_TYPE_LATEST` (vLLM mounts `make_asgi_app`; the twin does not negotiate).
-async fn metrics(State(st): State<Shared>, _headers: HeaderMap) -> Response {
-    let body = st.metrics.encode_text();
-    let mut r = (StatusCode::OK, body).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(twin_metrics::CONTENT_TYPE_METRICS),
-    );
-    r
-}
-
-#[derive(serde::Deserialize)]
-struct FaultToggle {
-    fail_rate: Option<f64>,
-    unhealthy: Option<bool>,
-}
-
-/// `GET /twin/faults`: the current fault settings.
-async fn get_faults(State(st): State<Shared>) -> Response {
-    errors::json_response(StatusCode::OK, faults_json(&st))
-}
-
-fn faults_json(st: &AppState) -> String {
-    serde_json::json!({
-        "fail_rate": st.faults.fail_rate_ppm.load(Ordering::Relaxed) as f64 / 1e6,
-        "unhealthy": st.faults.unhealthy.load(Ordering::Relaxed),
-    })
-    .to_string()
-}
-
-/// `POST /twin/faults {"fail_rate": 0.1, "unhealthy": false}`: switch faults at run time.
-async fn set_faults(State(st): State<Shared>, body: Bytes) -> Response {
-    let t: FaultToggle = match parse_body(&body) {
-        Ok(t) => t,
-        Err(e) => return e.into_response(),
-    };
-    if let Some(r) = t.fail_rate {
-        if !(0.0..=1.0).contains(&r) {
-            return ApiError::bad_request("fail_rate must be in [0, 1]", Some("fail_rate"))
-                .into_response();
-        }
-        st.faults
-            .fail_rate_ppm
-            .store((r * 1e6).round() as u64, Ordering::Relaxed);
-    }
-    if let Some(u) = t.unhealthy {
-        st.faults.unhealthy.store(u, Ordering::Relaxed);
-    }
-    errors::json_response(StatusCode::OK, faults_json(&st))
-}
-
-/// The DCGM exporter's router (second listener).
-pub fn dcgm_router(dcgm: Arc<Dcgm>) -> Router {
-    Router::new().route(
-        "/metrics",
-        get(move || {
-            let d = dcgm.clone();
-            async move {
-                let mut r = (StatusCode::OK, d.encode(std::time::Instant::now())).into_response();
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                );
-                r
-            }
-        }),
-    )
 }
