@@ -357,9 +357,13 @@ async fn errors_have_vllm_shapes_and_the_server_stays_up() {
     );
     let r = c.get(format!("{url}/v1/completions")).send().await.unwrap();
     assert_eq!(r.status(), 405);
-    // Body too large
+    // Body too large: vLLM's error shape, typed by the status phrase
     let r = post("/v1/completions", "x".repeat(30_000)).await.unwrap();
     assert_eq!(r.status(), 413);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], 413, "{v}");
+    assert_eq!(v["error"]["type"], "Request Entity Too Large", "{v}");
     // Still serving
     let r = post(
         "/v1/completions",
@@ -542,4 +546,101 @@ async fn too_long_max_model_len_refuses_to_start() {
     let argv: Vec<String> = vec!["--max-num-batched-token".into(), "8".into()];
     let e = twin_server::parse_serve_args(&argv).unwrap_err();
     assert!(e.contains("did you mean --max-num-batched-tokens"), "{e}");
+}
+
+/// Every body rejection (media type, size, syntax, shape) is vLLM's JSON error, never text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_rejections_are_vllm_json_errors() {
+    let srv = serve("--dcgm-port 0 --max-request-body-bytes 4096").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let media = json!({"error": {
+        "message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+        "type": "Bad Request", "param": null, "code": 400}});
+    let body = json!({"prompt": "x", "max_tokens": 2}).to_string();
+    for path in [
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/tokenize",
+        "/detokenize",
+    ] {
+        for ct in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let mut rq = c.post(format!("{url}{path}")).body(body.clone());
+            if let Some(ct) = ct {
+                rq = rq.header("content-type", ct);
+            }
+            let r = rq.send().await.unwrap();
+            assert_eq!(r.status(), 400, "{path} {ct:?}");
+            assert_eq!(r.headers()["content-type"], "application/json");
+            assert_eq!(r.json::<Value>().await.unwrap(), media, "{path} {ct:?}");
+        }
+    }
+    // A charset parameter is fine, as in vLLM.
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let post = |path: &'static str, body: String| {
+        c.post(format!("{url}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for (path, bad) in [
+        ("/v1/completions", "{\"prompt\": ".to_string()),
+        ("/v1/completions", "[1, 2]".to_string()),
+        ("/v1/chat/completions", "{\"model\": 3}".to_string()),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "max_tokens": "many"}).to_string(),
+        ),
+        ("/tokenize", "{}".to_string()),
+        ("/detokenize", json!({"tokens": "x"}).to_string()),
+    ] {
+        let r = post(path, bad.clone()).await.unwrap();
+        assert_eq!(r.status(), 400, "{path} {bad}");
+        assert_eq!(r.headers()["content-type"], "application/json");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], 400, "{v}");
+        assert_eq!(v["error"]["type"], "Bad Request", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("1 validation error"),
+            "{v}"
+        );
+    }
+    // Over the limit, whether or not the client announced the length.
+    let r = post(
+        "/v1/completions",
+        format!("{{\"prompt\": \"{}\"}}", "x".repeat(8000)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 413);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "Request Entity Too Large", "{v}");
+    let chunks: Vec<Result<String, std::io::Error>> =
+        (0..10).map(|_| Ok("x".repeat(1000))).collect();
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], 413);
+    srv.shutdown(Duration::from_secs(5)).await;
 }

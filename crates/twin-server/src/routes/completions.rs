@@ -9,15 +9,16 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::stream;
 use rand::Rng;
 use tokio::sync::mpsc::UnboundedReceiver;
 use twin_engine::SamplingParams;
 use twin_metrics::stats::AdmissionReason;
 
+use super::check_model;
+use super::json::{Arrival, VllmJson};
 use super::state::{random_hex, unix_now, AppState, Shared};
-use super::{check_model, parse_body};
 use crate::api::*;
 use crate::engine::{Cmd, Event, Submit};
 use crate::errors::{self, ApiError};
@@ -251,15 +252,12 @@ fn submit(
 }
 
 /// `POST /v1/chat/completions`. vLLM: `OpenAIServingChat.create_chat_completion`.
-pub(super) async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
-    let arrival_s = st.clock.now_s();
-    let req: ChatCompletionRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    if let Err(e) = check_model(&st, &req.common.model) {
-        return e.into_response();
-    }
+pub(super) async fn chat_completions(
+    State(st): State<Shared>,
+    Arrival(arrival_s): Arrival,
+    VllmJson(req): VllmJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    check_model(&st, &req.common.model)?;
     let msgs: Vec<ChatMessage> = req.messages.iter().map(RawChatMessage::flatten).collect();
     let prompt = st
         .tokenizer
@@ -284,15 +282,12 @@ pub(super) async fn chat_completions(State(st): State<Shared>, body: Bytes) -> R
 }
 
 /// `POST /v1/completions`. vLLM: `OpenAIServingCompletion.create_completion`.
-pub(super) async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
-    let arrival_s = st.clock.now_s();
-    let req: CompletionRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    if let Err(e) = check_model(&st, &req.common.model) {
-        return e.into_response();
-    }
+pub(super) async fn completions(
+    State(st): State<Shared>,
+    Arrival(arrival_s): Arrival,
+    VllmJson(req): VllmJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    check_model(&st, &req.common.model)?;
     let add_special = req.common.add_special_tokens.unwrap_or(true);
     let (prompt, prompt_text) = match &req.prompt {
         Prompt::Text(s) => (st.tokenizer.encode_prompt(s, add_special), s.clone()),
@@ -302,15 +297,17 @@ pub(super) async fn completions(State(st): State<Shared>, body: Bytes) -> Respon
         }
         Prompt::IdLists(v) if v.len() == 1 => (v[0].clone(), st.tokenizer.decode(&v[0])),
         _ => {
-            return ApiError::bad_request(
+            return Err(ApiError::bad_request(
                 "vllm-twin serves one prompt per request (batched prompts are not supported).",
                 Some("prompt"),
-            )
-            .into_response()
+            ))
         }
     };
     if prompt.is_empty() {
-        return ApiError::bad_request("Prompt cannot be empty", Some("prompt")).into_response();
+        return Err(ApiError::bad_request(
+            "Prompt cannot be empty",
+            Some("prompt"),
+        ));
     }
     let echo_src = st.tokenizer.encode(&prompt_text);
     let echo_prefix = req.echo.unwrap_or(false).then_some(prompt_text);
@@ -337,16 +334,10 @@ async fn generate(
     echo_src: Vec<u32>,
     arrival_s: f64,
     echo_prefix: Option<String>,
-) -> Response {
+) -> Result<Response, ApiError> {
     let num_prompt_tokens = prompt.len();
-    let mut p = match prepare(&st, &common, max_completion_tokens, prompt, echo_src) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let (guard, rx) = match submit(&st, &mut p, arrival_s) {
-        Ok(x) => x,
-        Err(e) => return e.into_response(),
-    };
+    let mut p = prepare(&st, &common, max_completion_tokens, prompt, echo_src)?;
+    let (guard, rx) = submit(&st, &mut p, arrival_s)?;
     let seq = guard.id;
     let id = if chat {
         format!("chatcmpl-{}", random_hex(&st, seq))
@@ -367,7 +358,7 @@ async fn generate(
             st.opts.enable_prompt_tokens_details,
             num_prompt_tokens,
         );
-        return sse_response(state, guard, rx, echo_prefix);
+        return Ok(sse_response(state, guard, rx, echo_prefix));
     }
     collect_response(
         st,
@@ -462,7 +453,7 @@ async fn collect_response(
     mut rx: UnboundedReceiver<Event>,
     num_prompt_tokens: usize,
     echo_prefix: Option<String>,
-) -> Response {
+) -> Result<Response, ApiError> {
     let mut text = echo_prefix.unwrap_or_default();
     let mut n = 0usize;
     let mut cached;
@@ -481,7 +472,7 @@ async fn collect_response(
             }
             None => {
                 guard.finished = true;
-                return ApiError::internal("the engine has shut down").into_response();
+                return Err(ApiError::internal("the engine has shut down"));
             }
         }
     };
@@ -550,8 +541,6 @@ async fn collect_response(
             metrics: None,
         })
     };
-    match body {
-        Ok(b) => errors::json_response(StatusCode::OK, b),
-        Err(e) => ApiError::internal(e.to_string()).into_response(),
-    }
+    let body = body.map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(errors::json_response(StatusCode::OK, body))
 }

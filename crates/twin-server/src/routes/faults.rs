@@ -2,17 +2,16 @@
 
 use std::sync::atomic::Ordering;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
-use super::parse_body;
+use super::json::VllmJson;
 use super::state::{AppState, Shared};
 use crate::errors::{self, ApiError};
 
 #[derive(serde::Deserialize)]
-struct FaultToggle {
+pub(super) struct FaultToggle {
     fail_rate: Option<f64>,
     unhealthy: Option<bool>,
 }
@@ -31,15 +30,16 @@ fn faults_json(st: &AppState) -> String {
 }
 
 /// `POST /twin/faults {"fail_rate": 0.1, "unhealthy": false}`: switch faults at run time.
-pub(super) async fn set_faults(State(st): State<Shared>, body: Bytes) -> Response {
-    let t: FaultToggle = match parse_body(&body) {
-        Ok(t) => t,
-        Err(e) => return e.into_response(),
-    };
+pub(super) async fn set_faults(
+    State(st): State<Shared>,
+    VllmJson(t): VllmJson<FaultToggle>,
+) -> Result<Response, ApiError> {
     if let Some(r) = t.fail_rate {
         if !(0.0..=1.0).contains(&r) {
-            return ApiError::bad_request("fail_rate must be in [0, 1]", Some("fail_rate"))
-                .into_response();
+            return Err(ApiError::bad_request(
+                "fail_rate must be in [0, 1]",
+                Some("fail_rate"),
+            ));
         }
         st.faults
             .fail_rate_ppm
@@ -48,5 +48,5 @@ pub(super) async fn set_faults(State(st): State<Shared>, body: Bytes) -> Respons
     if let Some(u) = t.unhealthy {
         st.faults.unhealthy.store(u, Ordering::Relaxed);
     }
-    errors::json_response(StatusCode::OK, faults_json(&st))
+    Ok(errors::json_response(StatusCode::OK, faults_json(&st)))
 }

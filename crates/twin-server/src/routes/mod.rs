@@ -4,11 +4,12 @@
 //!
 //! Modules by endpoint family: [`completions`] (chat + completions), [`tokenize`],
 //! [`info`] (models, health, ping, version, load, metrics, DCGM), [`faults`] (`/twin/*`);
-//! [`state`] holds what they share.
+//! [`state`] holds what they share; [`json`] the extractors that answer in vLLM's error shape.
 
 mod completions;
 mod faults;
 mod info;
+mod json;
 mod state;
 mod tokenize;
 
@@ -18,9 +19,9 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use serde::de::DeserializeOwned;
 
 pub use info::dcgm_router;
+pub use json::{Arrival, VllmJson};
 pub use state::{AppState, Faults, ServeOptions};
 
 use crate::errors::{self, ApiError};
@@ -83,14 +84,6 @@ fn ct_eq(a: &str, b: &str) -> bool {
         diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
     }
     diff == 0
-}
-
-/// Parse a JSON body into `T`, answering 400 the way FastAPI's validation does.
-pub(super) fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Err(e) => Err(errors::from_serde(&e, false)),
-        Ok(v) => serde_json::from_value::<T>(v).map_err(|e| errors::from_serde(&e, true)),
-    }
 }
 
 pub(super) fn check_model(st: &AppState, model: &Option<String>) -> Result<(), ApiError> {

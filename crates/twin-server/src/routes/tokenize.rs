@@ -1,24 +1,21 @@
 //! `POST /tokenize` and `POST /detokenize`. vLLM: `OpenAIServingTokenization`.
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
+use super::check_model;
+use super::json::VllmJson;
 use super::state::Shared;
-use super::{check_model, parse_body};
 use crate::api::*;
 use crate::errors::{self, ApiError};
 
 /// `POST /tokenize`. vLLM: `OpenAIServingTokenization.create_tokenize`.
-pub(super) async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {
-    let req: TokenizeRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    if let Err(e) = check_model(&st, &req.model) {
-        return e.into_response();
-    }
+pub(super) async fn tokenize(
+    State(st): State<Shared>,
+    VllmJson(req): VllmJson<TokenizeRequest>,
+) -> Result<Response, ApiError> {
+    check_model(&st, &req.model)?;
     let tokens = match (&req.prompt, &req.messages) {
         (Some(p), _) => st
             .tokenizer
@@ -29,11 +26,10 @@ pub(super) async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response 
                 .encode_chat(&msgs, req.add_generation_prompt.unwrap_or(true))
         }
         (None, None) => {
-            return ApiError::validation(
+            return Err(ApiError::validation(
                 "1 validation error:\n  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required'}",
                 Some("body.prompt"),
-            )
-            .into_response()
+            ))
         }
     };
     let token_strs = req
@@ -46,34 +42,30 @@ pub(super) async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response 
         tokens,
         token_strs,
     };
-    errors::json_response(
+    Ok(errors::json_response(
         StatusCode::OK,
         serde_json::to_string(&r).unwrap_or_default(),
-    )
+    ))
 }
 
 /// `POST /detokenize`. vLLM: `OpenAIServingTokenization.create_detokenize`.
-pub(super) async fn detokenize(State(st): State<Shared>, body: Bytes) -> Response {
-    let req: DetokenizeRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    if let Err(e) = check_model(&st, &req.model) {
-        return e.into_response();
-    }
+pub(super) async fn detokenize(
+    State(st): State<Shared>,
+    VllmJson(req): VllmJson<DetokenizeRequest>,
+) -> Result<Response, ApiError> {
+    check_model(&st, &req.model)?;
     if let Some(bad) = req.tokens.iter().find(|&&t| t < 0 || t > u32::MAX as i64) {
-        return ApiError::bad_request(
+        return Err(ApiError::bad_request(
             format!("Token id {bad} is out of vocabulary"),
             Some("tokens"),
-        )
-        .into_response();
+        ));
     }
     let ids: Vec<u32> = req.tokens.iter().map(|&t| t as u32).collect();
     let r = DetokenizeResponse {
         prompt: st.tokenizer.decode(&ids),
     };
-    errors::json_response(
+    Ok(errors::json_response(
         StatusCode::OK,
         serde_json::to_string(&r).unwrap_or_default(),
-    )
+    ))
 }
