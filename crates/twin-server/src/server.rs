@@ -17,7 +17,7 @@ use twin_sim::{SimError, Startup};
 use crate::dcgm::Dcgm;
 use crate::engine::{EngineClock, EngineCounters, EngineLoop, EngineParts};
 use crate::metrics::ServerMetrics;
-use crate::routes::{self, AppState, ServeOptions};
+use crate::routes::{self, AppState, AppStateParts, ServeOptions};
 use crate::runner::{FillerRunner, FillerRunnerExt};
 use crate::tokenizer::Tokenizer;
 
@@ -170,16 +170,16 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
         output_len: m.workload.output_len.clone(),
         max_body_bytes: cfg.max_body_bytes,
     };
-    let state = Arc::new(AppState::new(
+    let state = Arc::new(AppState::new(AppStateParts {
         opts,
-        tx,
+        engine: tx,
         tokenizer,
         clock,
         metrics,
-        dcgm.clone(),
+        dcgm: dcgm.clone(),
         counters,
-        ChaCha8Rng::seed_from_u64(m.seed ^ 0x5e27e),
-    ));
+        rng: ChaCha8Rng::seed_from_u64(m.seed ^ 0x5e27e),
+    }));
     state.faults.fail_rate_ppm.store(
         (cfg.fail_rate * 1e6).round() as u64,
         std::sync::atomic::Ordering::Relaxed,

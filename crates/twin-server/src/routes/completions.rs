@@ -23,7 +23,7 @@ use crate::api::*;
 use crate::engine::{Cmd, Event, Submit};
 use crate::errors::{self, ApiError};
 use crate::runner::GenPlan;
-use crate::sse::{stop_reason_json, StreamState};
+use crate::sse::{stop_reason_json, ResponseIdentity, StreamState, UsageOptions};
 use crate::tokenizer::EOS_TOKEN_ID;
 
 /// A validated generation request, ready for the engine.
@@ -268,17 +268,16 @@ pub(super) async fn chat_completions(
         .find(|m| m.role == "user")
         .map(|m| st.tokenizer.encode(&m.content))
         .unwrap_or_default();
-    generate(
-        st,
-        true,
-        req.common,
-        req.max_completion_tokens,
+    let g = Generation {
+        chat: true,
+        common: req.common,
+        max_completion_tokens: req.max_completion_tokens,
         prompt,
         echo_src,
+        echo_prefix: None,
         arrival_s,
-        None,
-    )
-    .await
+    };
+    generate(st, g).await
 }
 
 /// `POST /v1/completions`. vLLM: `OpenAIServingCompletion.create_completion`.
@@ -311,67 +310,66 @@ pub(super) async fn completions(
     }
     let echo_src = st.tokenizer.encode(&prompt_text);
     let echo_prefix = req.echo.unwrap_or(false).then_some(prompt_text);
-    generate(
-        st,
-        false,
-        req.common,
-        None,
+    let g = Generation {
+        chat: false,
+        common: req.common,
+        max_completion_tokens: None,
         prompt,
         echo_src,
-        arrival_s,
         echo_prefix,
-    )
-    .await
+        arrival_s,
+    };
+    generate(st, g).await
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn generate(
-    st: Shared,
+/// A generation request from either endpoint, tokenized, before vLLM's checks.
+struct Generation {
+    /// `/v1/chat/completions` (else `/v1/completions`).
     chat: bool,
     common: CommonParams,
+    /// Chat's `max_completion_tokens`, which wins over `max_tokens`.
     max_completion_tokens: Option<i64>,
     prompt: Vec<u32>,
+    /// What `--echo` repeats: the last user message, or the completion prompt.
     echo_src: Vec<u32>,
-    arrival_s: f64,
+    /// Completions' `echo`: the prompt text the answer starts with.
     echo_prefix: Option<String>,
-) -> Result<Response, ApiError> {
-    let num_prompt_tokens = prompt.len();
-    let mut p = prepare(&st, &common, max_completion_tokens, prompt, echo_src)?;
-    let (guard, rx) = submit(&st, &mut p, arrival_s)?;
+    /// Engine seconds.
+    arrival_s: f64,
+}
+
+async fn generate(st: Shared, g: Generation) -> Result<Response, ApiError> {
+    let num_prompt_tokens = g.prompt.len();
+    let mut p = prepare(
+        &st,
+        &g.common,
+        g.max_completion_tokens,
+        g.prompt,
+        g.echo_src,
+    )?;
+    let (guard, rx) = submit(&st, &mut p, g.arrival_s)?;
     let seq = guard.id;
-    let id = if chat {
+    let id = if g.chat {
         format!("chatcmpl-{}", random_hex(&st, seq))
     } else {
         format!("cmpl-{}", random_hex(&st, seq))
     };
-    let model = st.opts.served_model_name.clone();
-    let created = unix_now();
-    if p.stream {
-        let state = StreamState::new(
-            chat,
-            id,
-            created,
-            model,
-            st.opts.response_role,
-            p.include_usage,
-            p.continuous_usage,
-            st.opts.enable_prompt_tokens_details,
-            num_prompt_tokens,
-        );
-        return Ok(sse_response(state, guard, rx, echo_prefix));
-    }
-    collect_response(
-        st,
-        chat,
+    let resp = ResponseIdentity {
+        chat: g.chat,
         id,
-        created,
-        model,
-        guard,
-        rx,
-        num_prompt_tokens,
-        echo_prefix,
-    )
-    .await
+        created: unix_now(),
+        model: st.opts.served_model_name.clone(),
+    };
+    if p.stream {
+        let usage = UsageOptions {
+            include_usage: p.include_usage,
+            continuous_usage: p.continuous_usage,
+            prompt_tokens_details: st.opts.enable_prompt_tokens_details,
+        };
+        let state = StreamState::new(resp, st.opts.response_role, usage, num_prompt_tokens);
+        return Ok(sse_response(state, guard, rx, g.echo_prefix));
+    }
+    collect_response(st, resp, guard, rx, num_prompt_tokens, g.echo_prefix).await
 }
 
 /// The SSE body: frames are produced as engine outputs arrive; dropping the body (client
@@ -442,13 +440,9 @@ fn sse_response(
     r
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn collect_response(
     st: Shared,
-    chat: bool,
-    id: String,
-    created: u64,
-    model: String,
+    resp: ResponseIdentity,
     mut guard: InFlight,
     mut rx: UnboundedReceiver<Event>,
     num_prompt_tokens: usize,
@@ -482,6 +476,12 @@ async fn collect_response(
             cached_tokens: cached,
         });
     }
+    let ResponseIdentity {
+        chat,
+        id,
+        created,
+        model,
+    } = resp;
     let body = if chat {
         serde_json::to_string(&ChatCompletionResponse {
             id,

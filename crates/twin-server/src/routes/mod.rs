@@ -22,7 +22,7 @@ use axum::Router;
 
 pub use info::dcgm_router;
 pub use json::{Arrival, VllmJson};
-pub use state::{AppState, Faults, ServeOptions};
+pub use state::{AppState, AppStateParts, Faults, ServeOptions};
 
 use crate::errors::{self, ApiError};
 use state::Shared;

@@ -80,19 +80,31 @@ impl AppState {
     }
 }
 
+/// What [`AppState`] is built from (server start-up).
+pub struct AppStateParts {
+    pub opts: ServeOptions,
+    pub engine: mpsc::Sender<Cmd>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub clock: EngineClock,
+    pub metrics: Arc<ServerMetrics>,
+    pub dcgm: Arc<Dcgm>,
+    pub counters: Arc<EngineCounters>,
+    /// Seeds ids and the output-length draws.
+    pub rng: ChaCha8Rng,
+}
+
 impl AppState {
-    // One constructor call in server.rs; a builder would only rename the arguments.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        opts: ServeOptions,
-        engine: mpsc::Sender<Cmd>,
-        tokenizer: Arc<Tokenizer>,
-        clock: EngineClock,
-        metrics: Arc<ServerMetrics>,
-        dcgm: Arc<Dcgm>,
-        counters: Arc<EngineCounters>,
-        rng: ChaCha8Rng,
-    ) -> Self {
+    pub fn new(p: AppStateParts) -> Self {
+        let AppStateParts {
+            opts,
+            engine,
+            tokenizer,
+            clock,
+            metrics,
+            dcgm,
+            counters,
+            rng,
+        } = p;
         let filler: Arc<[u32]> = Arc::from(tokenizer.filler());
         AppState {
             opts,
