@@ -9,6 +9,7 @@ use twin_sim::engine_args::{
     VllmValues, MODELLED_VLLM_FLAGS,
 };
 use twin_sim::vllm_flags;
+use twin_sim::SimError;
 
 use crate::server::ServeConfig;
 
@@ -79,32 +80,50 @@ pub fn serve_command() -> Command {
     ))
 }
 
-fn err(flag: &str, msg: impl std::fmt::Display) -> String {
-    format!("{flag}: {msg}")
+/// Why `serve`'s command line was refused. Every variant names the flag.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeArgsError {
+    /// What the simulator's parser refuses: vLLM's flags, typos (with a suggestion), files.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error("{flag}: {value:?} is not a valid number")]
+    NotANumber { flag: &'static str, value: String },
+    #[error("{flag}: {value:?} is not an integer")]
+    NotAnInteger { flag: &'static str, value: String },
+    #[error("{flag}: must be {bound}")]
+    OutOfRange {
+        flag: &'static str,
+        bound: &'static str,
+    },
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.trim()
-        .parse()
-        .map_err(|_| err(flag, format!("{v:?} is not a valid number")))
+fn num<T: std::str::FromStr>(flag: &'static str, v: &str) -> Result<T, ServeArgsError> {
+    v.trim().parse().map_err(|_| ServeArgsError::NotANumber {
+        flag,
+        value: v.to_string(),
+    })
+}
+
+fn out_of_range(flag: &'static str, bound: &'static str) -> ServeArgsError {
+    ServeArgsError::OutOfRange { flag, bound }
 }
 
 /// Parse `serve`'s argv. Errors name the flag.
-pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, String> {
-    let argv = checked_argv(args).map_err(|e| e.to_string())?;
+pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, ServeArgsError> {
+    let argv = checked_argv(args)?;
     let m = serve_command()
         .try_get_matches_from(&argv)
-        .map_err(|e| clap_error(e, "serve").to_string())?;
+        .map_err(|e| clap_error(e, "serve"))?;
+    // twin-sim's file-reader interface takes a plain message.
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
-    let sim =
-        simulate_from_matches(&m, &argv, SERVE_VLLM_FLAGS, &read).map_err(|e| e.to_string())?;
+    let sim = simulate_from_matches(&m, &argv, SERVE_VLLM_FLAGS, &read)?;
     serve_config(&m, sim)
 }
 
 fn serve_config(
     m: &ArgMatches,
     sim: twin_sim::engine_args::SimulateArgs,
-) -> Result<ServeConfig, String> {
+) -> Result<ServeConfig, ServeArgsError> {
     let v = VllmValues::new(m);
     let own = |id: &str| m.get_one::<String>(id).map(String::as_str);
     let mut c = ServeConfig {
@@ -131,11 +150,9 @@ fn serve_config(
             .map(|x| {
                 vllm_flags::parse_human_int(x)
                     .map(|n| n as usize)
-                    .ok_or_else(|| {
-                        err(
-                            "--max-num-queued-tokens",
-                            format!("{x:?} is not an integer"),
-                        )
+                    .ok_or_else(|| ServeArgsError::NotAnInteger {
+                        flag: "--max-num-queued-tokens",
+                        value: x.to_string(),
                     })
             })
             .transpose()?,
@@ -147,7 +164,7 @@ fn serve_config(
         let x: f64 = num("--time-scale", x)?;
         // Step times are divided by it and slept: 1e-300 once overflowed the sleep.
         if !(1e-3..=1e3).contains(&x) {
-            return Err(err("--time-scale", "must be in [0.001, 1000]"));
+            return Err(out_of_range("--time-scale", "in [0.001, 1000]"));
         }
         c.time_scale = x;
     }
@@ -158,14 +175,14 @@ fn serve_config(
     if let Some(x) = own("fail-rate") {
         let x: f64 = num("--fail-rate", x)?;
         if !(0.0..=1.0).contains(&x) {
-            return Err(err("--fail-rate", "must be in [0, 1]"));
+            return Err(out_of_range("--fail-rate", "in [0, 1]"));
         }
         c.fail_rate = x;
     }
     if let Some(x) = own("slow-start") {
-        c.slow_start_s = parse_duration_s("--slow-start", x).map_err(|e| e.to_string())?;
+        c.slow_start_s = parse_duration_s("--slow-start", x)?;
         if c.slow_start_s > 3600.0 {
-            return Err(err("--slow-start", "must be at most 1h"));
+            return Err(out_of_range("--slow-start", "at most 1h"));
         }
     }
     if let Some(x) = own("max-request-body-bytes") {
@@ -193,7 +210,7 @@ mod tests {
 
     fn parse(s: &str) -> Result<ServeConfig, String> {
         let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
-        parse_serve_args(&argv)
+        parse_serve_args(&argv).map_err(|e| e.to_string())
     }
 
     #[test]

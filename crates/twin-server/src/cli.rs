@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::args::parse_serve_args;
-use crate::server::{start, StartError};
+use crate::server::start;
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -66,14 +66,10 @@ pub fn serve_main(args: &[String]) -> ExitCode {
         }
         let running = match start(&cfg).await {
             Ok(r) => r,
-            Err(StartError::Refused(m)) => {
-                // vLLM refuses to start with its own message.
-                eprintln!("error: {m}");
-                return ExitCode::from(1);
-            }
-            Err(StartError::Config(m)) => {
-                eprintln!("error: {m}");
-                return ExitCode::from(2);
+            Err(e) => {
+                // A refusal vLLM itself would give carries vLLM's own message.
+                eprintln!("error: {e}");
+                return ExitCode::from(e.exit_code());
             }
         };
         println!("{}", running.startup.plan);

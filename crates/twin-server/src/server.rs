@@ -19,7 +19,7 @@ use crate::engine::{EngineClock, EngineCounters, EngineLoop, EngineParts};
 use crate::metrics::ServerMetrics;
 use crate::routes::{self, AppState, AppStateParts, ServeOptions};
 use crate::runner::{FillerRunner, FillerRunnerExt};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// Everything `vllm-twin serve` was asked to do.
 #[derive(Clone, Debug)]
@@ -43,18 +43,38 @@ pub struct ServeConfig {
 }
 
 /// Why the server did not start.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// vLLM itself would refuse (e.g. max_model_len does not fit): exit code 1.
+    /// vLLM itself would refuse (e.g. max_model_len does not fit), with vLLM's message.
+    #[error("{0}")]
     Refused(String),
-    /// Bad configuration or a port that cannot be bound: exit code 2.
-    Config(String),
+    /// A configuration the simulator's start-up or the cost model refuses.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error(transparent)]
+    Cost(#[from] twin_cost::CostError),
+    /// The scheduler's configuration check (names vLLM's field).
+    #[error(transparent)]
+    Engine(#[from] twin_engine::ConfigError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error("{flag} {port}: cannot bind {host}:{port}: {source}")]
+    Bind {
+        flag: &'static str,
+        host: String,
+        port: u16,
+        source: std::io::Error,
+    },
+    #[error("cannot start the engine thread: {0}")]
+    EngineThread(std::io::Error),
 }
 
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl StartError {
+    /// 1 where vLLM itself would refuse to start, 2 for the twin's own configuration errors.
+    pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Refused(m) | StartError::Config(m) => f.write_str(m),
+            StartError::Refused(_) => 1,
+            _ => 2,
         }
     }
 }
@@ -88,19 +108,28 @@ impl Running {
     }
 }
 
+async fn bind(flag: &'static str, host: &str, port: u16) -> Result<TcpListener, StartError> {
+    TcpListener::bind(format!("{host}:{port}"))
+        .await
+        .map_err(|source| StartError::Bind {
+            flag,
+            host: host.to_string(),
+            port,
+            source,
+        })
+}
+
 /// Plan memory, build the engine, bind the listeners and start serving.
 pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
     let startup = match twin_sim::startup(&cfg.sim.config) {
         Ok(s) => s,
         Err(SimError::Cost(e)) => return Err(StartError::Refused(e.vllm_message())),
-        Err(e) => return Err(StartError::Config(e.to_string())),
+        Err(e) => return Err(e.into()),
     };
     let m = &cfg.sim.config;
-    let cost = CostModel::from_plan(&m.model, &m.gpu, &startup.plan)
-        .map_err(|e| StartError::Config(e.to_string()))?;
-    let core = EngineCore::new(startup.scheduler.clone())
-        .map_err(|e| StartError::Config(format!("{}: {}", e.field, e.message)))?;
-    let tokenizer = Arc::new(Tokenizer::new().map_err(StartError::Config)?);
+    let cost = CostModel::from_plan(&m.model, &m.gpu, &startup.plan)?;
+    let core = EngineCore::new(startup.scheduler.clone())?;
+    let tokenizer = Arc::new(Tokenizer::new()?);
     let mut runner = FillerRunner::new(m.seed);
     if let Some(s) = &startup.plan.config.speculative {
         runner.acceptance_per_position = (0..s.num_speculative_tokens as usize)
@@ -184,31 +213,22 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
         (cfg.fail_rate * 1e6).round() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
-    let bind = |host: &str, port: u16| format!("{host}:{port}");
-    let listener = TcpListener::bind(bind(&cfg.host, cfg.port))
-        .await
-        .map_err(|e| {
-            StartError::Config(format!(
-                "--port {}: cannot bind {}:{}: {e}",
-                cfg.port, cfg.host, cfg.port
-            ))
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| StartError::Config(e.to_string()))?;
+    let listener = bind("--port", &cfg.host, cfg.port).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        flag: "--port",
+        host: cfg.host.clone(),
+        port: cfg.port,
+        source,
+    })?;
     let dcgm_listener = match cfg.dcgm_port {
-        Some(p) => Some(
-            TcpListener::bind(bind(&cfg.host, p))
-                .await
-                .map_err(|e| StartError::Config(format!("--dcgm-port {p}: cannot bind: {e}")))?,
-        ),
+        Some(p) => Some(bind("--dcgm-port", &cfg.host, p).await?),
         None => None,
     };
     let dcgm_addr = dcgm_listener.as_ref().and_then(|l| l.local_addr().ok());
     let engine_thread = std::thread::Builder::new()
         .name("twin-engine".into())
         .spawn(move || engine.run(rx))
-        .map_err(|e| StartError::Config(format!("cannot start the engine thread: {e}")))?;
+        .map_err(StartError::EngineThread)?;
     let (stx, srx) = oneshot::channel::<()>();
     let app = routes::router(state.clone());
     let dcgm_app = routes::dcgm_router(dcgm);

@@ -32,6 +32,11 @@ const FILLER_TEXT: &str = "The quick brown fox jumps over the lazy dog while the
 batches the next decode step, the key value cache fills block by block, and the prefill of a \
 long prompt waits its turn in the token budget. ";
 
+/// The embedded BPE ranks did not load.
+#[derive(Debug, thiserror::Error)]
+#[error("tokenizer: cannot load cl100k_base: {0}")]
+pub struct TokenizerError(String);
+
 /// The tokenizer shared by the HTTP handlers and the engine thread.
 pub struct Tokenizer {
     bpe: CoreBPE,
@@ -51,8 +56,8 @@ impl std::fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     /// Build from the embedded cl100k_base ranks (no file, no network).
-    pub fn new() -> Result<Self, String> {
-        let bpe = tiktoken_rs::cl100k_base().map_err(|e| format!("tokenizer: {e}"))?;
+    pub fn new() -> Result<Self, TokenizerError> {
+        let bpe = tiktoken_rs::cl100k_base().map_err(|e| TokenizerError(e.to_string()))?;
         // cl100k_base's ordinary ranks are exactly 0..100256.
         const N: u32 = 100_256;
         let mut bytes = Vec::with_capacity(800_000);

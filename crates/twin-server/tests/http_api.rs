@@ -544,8 +544,33 @@ async fn too_long_max_model_len_refuses_to_start() {
         Ok(_) => panic!("started"),
     }
     let argv: Vec<String> = vec!["--max-num-batched-token".into(), "8".into()];
-    let e = twin_server::parse_serve_args(&argv).unwrap_err();
+    let e = twin_server::parse_serve_args(&argv)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("did you mean --max-num-batched-tokens"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_names_the_flag_and_exits_2() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    for (line, flag) in [
+        (format!("--port {port} --dcgm-port 0"), "--port"),
+        (format!("--port 0 --dcgm-port {port}"), "--dcgm-port"),
+    ] {
+        let argv: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+        let cfg = twin_server::parse_serve_args(&argv).unwrap();
+        let e = match twin_server::start(&cfg).await {
+            Err(e) => e,
+            Ok(_) => panic!("started on a port in use"),
+        };
+        assert_eq!(e.exit_code(), 2);
+        let m = e.to_string();
+        assert!(
+            m.starts_with(&format!("{flag} {port}: cannot bind 127.0.0.1:{port}: ")),
+            "{m}"
+        );
+    }
 }
 
 /// Every body rejection (media type, size, syntax, shape) is vLLM's JSON error, never text.
