@@ -9,7 +9,7 @@
 //! from the cost model's per-step utilisation. See docs/serve.md.
 //!
 //! Modules: [`api`] (wire types), [`routes`] (HTTP handlers, one module per endpoint family), [`engine`] (the engine thread),
-//! [`runner`] (deterministic model runner), [`tokenizer`] (offline BPE + chat template),
+//! [`runner`] (deterministic model runner), [`sampling`] (vLLM's sampling-parameter checks), [`tokenizer`] (offline BPE + chat template),
 //! [`sse`] (stream framing), [`errors`] (vLLM error bodies), [`metrics`] (twin-metrics
 //! adapter), [`dcgm`] (GPU exporter), [`server`] (start-up and shutdown), [`bench`] (load
 //! generator), [`cli`] (entry points).
@@ -24,6 +24,7 @@ pub mod errors;
 pub mod metrics;
 pub mod routes;
 pub mod runner;
+pub mod sampling;
 pub mod server;
 pub mod sse;
 pub mod tokenizer;

@@ -23,6 +23,7 @@ use crate::api::*;
 use crate::engine::{Cmd, Event, Submit};
 use crate::errors::{self, ApiError};
 use crate::runner::GenPlan;
+use crate::sampling::{self, SamplingArgs};
 use crate::sse::{stop_reason_json, ResponseIdentity, StreamState, UsageOptions};
 use crate::tokenizer::EOS_TOKEN_ID;
 
@@ -41,7 +42,7 @@ struct Prepared {
 }
 
 /// vLLM's checks in order: token limits (`TokenizeParams` / `_token_len_check`),
-/// `get_max_tokens`, then `SamplingParams._verify_args`.
+/// `get_max_tokens`, then `SamplingParams._verify_args` ([`sampling::verify_args`]).
 fn prepare(
     st: &AppState,
     c: &CommonParams,
@@ -68,36 +69,26 @@ fn prepare(
             Some("input_tokens"),
         ));
     }
-    if let Some(n) = c.n {
-        if n != 1 {
-            return Err(ApiError::bad_request(
-                format!("vllm-twin serves n=1 only, got n={n}."),
-                Some("n"),
-            ));
-        }
-    }
     // vLLM: get_max_tokens = min(max_model_len - prompt, max_tokens).
     let model_max = (max_model_len - prompt.len()) as i64;
     let eff = max_tokens.map_or(model_max, |m| m.min(model_max));
-    if eff < 1 {
-        return Err(ApiError::bad_request(
-            format!("max_tokens must be at least 1, got {eff}."),
-            Some("max_tokens"),
-        ));
-    }
     let min_tokens = c.min_tokens.unwrap_or(0);
-    if min_tokens < 0 {
-        return Err(ApiError::bad_request(
-            format!("min_tokens must be greater than or equal to 0, got {min_tokens}."),
-            Some("min_tokens"),
-        ));
-    }
-    if min_tokens > eff {
-        return Err(ApiError::bad_request(
-            format!("min_tokens must be less than or equal to max_tokens={eff}, got {min_tokens}."),
-            Some("min_tokens"),
-        ));
-    }
+    let stop: Vec<String> = c.stop.clone().map(Stop::into_vec).unwrap_or_default();
+    sampling::verify_args(&SamplingArgs {
+        n: c.n.unwrap_or(1),
+        presence_penalty: c.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
+        repetition_penalty: c
+            .repetition_penalty
+            .unwrap_or(SamplingArgs::DEFAULT_REPETITION_PENALTY),
+        temperature: c.temperature.unwrap_or(SamplingArgs::DEFAULT_TEMPERATURE),
+        top_p: c.top_p.unwrap_or(SamplingArgs::DEFAULT_TOP_P),
+        top_k: c.top_k.unwrap_or(0),
+        min_p: c.min_p.unwrap_or(0.0),
+        max_tokens: eff,
+        min_tokens,
+        stop: &stop,
+    })?;
     let ignore_eos = c.ignore_eos.unwrap_or(false);
     // Where the model would emit EOS: the configured output-length distribution.
     let stop_at = if ignore_eos {
@@ -111,14 +102,6 @@ fn prepare(
     } else {
         st.filler.clone()
     };
-    let stop: Vec<String> = c
-        .stop
-        .clone()
-        .map(Stop::into_vec)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect();
     let (include_usage, continuous_usage) = if st.opts.enable_force_include_usage {
         (true, true)
     } else {
