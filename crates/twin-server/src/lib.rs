@@ -8,8 +8,9 @@
 //! vLLM's exposition (twin-metrics); a second listener serves dcgm-exporter's GPU families
 //! from the cost model's per-step utilisation. See docs/serve.md.
 //!
-//! Modules: [`api`] (wire types), [`routes`] (HTTP handlers, one module per endpoint family), [`engine`] (the engine thread),
-//! [`runner`] (deterministic model runner), [`sampling`] (vLLM's sampling-parameter checks), [`tokenizer`] (offline BPE + chat template),
+//! Modules: [`api`] (wire types), [`routes`] (HTTP handlers, one module per endpoint family),
+//! [`engine`] (the engine thread), [`runner`] (deterministic model runner), [`sampling`]
+//! (vLLM's sampling-parameter checks), [`tokenizer`] (offline linear-time BPE + chat template),
 //! [`sse`] (stream framing), [`errors`] (vLLM error bodies), [`metrics`] (twin-metrics
 //! adapter), [`dcgm`] (GPU exporter), [`server`] (start-up and shutdown), [`bench`] (load
 //! generator), [`cli`] (entry points).

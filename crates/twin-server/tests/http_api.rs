@@ -669,3 +669,121 @@ async fn body_rejections_are_vllm_json_errors() {
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], 413);
     srv.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A prompt is bounded in characters before it is tokenized (vLLM's `_text_len_check`), then
+/// tokenized only to max_model_len + 1 tokens; a long prompt without spaces (one
+/// pre-tokenizer piece, quadratic in tiktoken) is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_prompts_are_bounded_before_tokenizing() {
+    let srv = serve("--max-model-len 2048 --dcgm-port 0").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let post = |path: &'static str, body: Value| c.post(format!("{url}{path}")).json(&body).send();
+    // 2048 tokens × 128 characters (cl100k's longest token) is the bound.
+    assert_eq!(srv.state.max_prompt_chars(), 2048 * 128);
+    let over = "a".repeat(2048 * 128 + 1);
+    let msg = format!(
+        "This model's maximum context length is 2048 tokens. However, your prompt contains {} \
+         characters (more than {} characters, which is the upper bound for 2048 input tokens). \
+         Please reduce the length of the input prompt.",
+        2048 * 128 + 1,
+        2048 * 128
+    );
+    let expected = json!({"error": {"message": msg, "type": "BadRequestError",
+                                    "param": "input_text", "code": 400}});
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": over})),
+        ("/v1/completions", json!({"prompt": [over]})),
+        ("/tokenize", json!({"prompt": over})),
+    ] {
+        let r = post(path, body).await.unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        assert_eq!(r.json::<Value>().await.unwrap(), expected, "{path}");
+    }
+    // A chat is measured as its rendered template: <|begin_of_text|> (17), the user turn's
+    // header, "\n\n" and <|eot_id|> (19 + 4 + 17 + 2 + 10) and the generation prompt (19 + 9
+    // + 17 + 2): 116 characters around the content.
+    let content = "b".repeat(2048 * 128 - 116 + 1);
+    let msgs = json!([{"role": "user", "content": content}]);
+    for path in ["/v1/chat/completions", "/tokenize"] {
+        let r = post(path, json!({"messages": msgs})).await.unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], "input_text", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("contains {} characters", 2048 * 128 + 1)),
+            "{v}"
+        );
+    }
+    // Within the character bound but over max_model_len tokens: tokenized to 2049 tokens only,
+    // and vLLM's "at least".
+    let words = "word ".repeat(3000);
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": words})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": words}]}),
+        ),
+    ] {
+        let r = post(path, body).await.unwrap();
+        assert_eq!(r.status(), 400);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], "input_tokens", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().starts_with(
+                "This model's maximum context length is 2048 tokens. However, your prompt \
+                 contains at least 2049 input tokens"
+            ),
+            "{v}"
+        );
+    }
+    // /tokenize has no token bound (as in vLLM), only the character one.
+    let v: Value = post("/tokenize", json!({"prompt": words}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // BOS, "word", 2,999 × " word", and the trailing space.
+    assert_eq!(v["count"], 3002);
+    srv.shutdown(Duration::from_secs(5)).await;
+
+    // 80 KB of letters without a space: one piece, served whole.
+    let srv = serve("--max-model-len 65536 --dcgm-port 0").await;
+    let url = base(&srv);
+    let mut x: u64 = 7;
+    let letters: String = (0..80_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (b'a' + (x % 26) as u8) as char
+        })
+        .collect();
+    let count = c
+        .post(format!("{url}/tokenize"))
+        .json(&json!({"prompt": letters}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["count"]
+        .as_u64()
+        .unwrap();
+    assert!(count > 20_000, "{count}");
+    let v: Value = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": letters, "max_tokens": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["usage"]["prompt_tokens"], count, "{v}");
+    srv.shutdown(Duration::from_secs(5)).await;
+}

@@ -41,31 +41,25 @@ struct Prepared {
     continuous_usage: bool,
 }
 
-/// vLLM's checks in order: token limits (`TokenizeParams` / `_token_len_check`),
+/// vLLM's checks after tokenization, in order: the prompt's length (`_token_len_check`),
 /// `get_max_tokens`, then `SamplingParams._verify_args` ([`sampling::verify_args`]).
 fn prepare(
     st: &AppState,
     c: &CommonParams,
-    max_completion_tokens: Option<i64>,
+    max_tokens: Option<i64>,
     prompt: Vec<u32>,
     echo_source: Vec<u32>,
 ) -> Result<Prepared, ApiError> {
     let max_model_len = st.opts.max_model_len;
-    let (max_tokens, param) = match max_completion_tokens {
-        Some(m) => (Some(m), "max_completion_tokens"),
-        None => (c.max_tokens, "max_tokens"),
-    };
-    if let Some(m) = max_tokens {
-        if m > max_model_len as i64 {
-            return Err(ApiError::bad_request(
-                format!("{param}={m} cannot be greater than max_model_len={max_model_len}. Please request fewer output tokens."),
-                Some(param),
-            ));
-        }
-    }
     if prompt.len() > max_model_len {
+        // A text prompt is tokenized to max_model_len + 1 tokens at most.
+        let qualifier = if prompt.len() == max_model_len + 1 {
+            "at least "
+        } else {
+            ""
+        };
         return Err(ApiError::bad_request(
-            format!("This model's maximum context length is {max_model_len} tokens. However, your prompt contains {} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt.", prompt.len()),
+            format!("This model's maximum context length is {max_model_len} tokens. However, your prompt contains {qualifier}{} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt.", prompt.len()),
             Some("input_tokens"),
         ));
     }
@@ -241,20 +235,31 @@ pub(super) async fn chat_completions(
     VllmJson(req): VllmJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     check_model(&st, &req.common.model)?;
+    let max_tokens = check_max_tokens(&st, &req.common, req.max_completion_tokens)?;
     let msgs: Vec<ChatMessage> = req.messages.iter().map(RawChatMessage::flatten).collect();
-    let prompt = st
-        .tokenizer
-        .encode_chat(&msgs, req.add_generation_prompt.unwrap_or(true));
-    let echo_src = msgs
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(|m| st.tokenizer.encode(&m.content))
-        .unwrap_or_default();
+    let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    st.check_prompt_chars(
+        st.tokenizer
+            .chat_template_chars(&msgs, add_generation_prompt),
+    )?;
+    let limit = st.opts.max_model_len.saturating_add(1);
+    let echo = st.opts.echo;
+    let (prompt, echo_src) = st
+        .tokenize(move |tok| {
+            let prompt = tok.encode_chat_truncated(&msgs, add_generation_prompt, limit);
+            let echo_src = msgs
+                .iter()
+                .rev()
+                .find(|m| echo && m.role == "user")
+                .map(|m| tok.encode(&m.content))
+                .unwrap_or_default();
+            (prompt, echo_src)
+        })
+        .await?;
     let g = Generation {
         chat: true,
         common: req.common,
-        max_completion_tokens: req.max_completion_tokens,
+        max_tokens,
         prompt,
         echo_src,
         echo_prefix: None,
@@ -270,14 +275,13 @@ pub(super) async fn completions(
     VllmJson(req): VllmJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     check_model(&st, &req.common.model)?;
+    let max_tokens = check_max_tokens(&st, &req.common, None)?;
     let add_special = req.common.add_special_tokens.unwrap_or(true);
-    let (prompt, prompt_text) = match &req.prompt {
-        Prompt::Text(s) => (st.tokenizer.encode_prompt(s, add_special), s.clone()),
-        Prompt::Ids(ids) => (ids.clone(), st.tokenizer.decode(ids)),
-        Prompt::Texts(v) if v.len() == 1 => {
-            (st.tokenizer.encode_prompt(&v[0], add_special), v[0].clone())
-        }
-        Prompt::IdLists(v) if v.len() == 1 => (v[0].clone(), st.tokenizer.decode(&v[0])),
+    let prompt = match req.prompt {
+        Prompt::Text(s) => PromptInput::Text(s),
+        Prompt::Texts(mut v) if v.len() == 1 => PromptInput::Text(v.remove(0)),
+        Prompt::Ids(ids) => PromptInput::Ids(ids),
+        Prompt::IdLists(mut v) if v.len() == 1 => PromptInput::Ids(v.remove(0)),
         _ => {
             return Err(ApiError::bad_request(
                 "vllm-twin serves one prompt per request (batched prompts are not supported).",
@@ -285,18 +289,36 @@ pub(super) async fn completions(
             ))
         }
     };
+    if let PromptInput::Text(s) = &prompt {
+        st.check_prompt_chars(s.chars().count())?;
+    }
+    let limit = st.opts.max_model_len.saturating_add(1);
+    let (echo, echo_prompt) = (st.opts.echo, req.echo.unwrap_or(false));
+    let (prompt, echo_src, echo_prefix) = st
+        .tokenize(move |tok| {
+            let (ids, text) = match prompt {
+                PromptInput::Text(s) => (tok.encode_prompt_truncated(&s, add_special, limit), s),
+                // Decoded only when something shows the text.
+                PromptInput::Ids(ids) if echo || echo_prompt => {
+                    let text = tok.decode(&ids);
+                    (ids, text)
+                }
+                PromptInput::Ids(ids) => (ids, String::new()),
+            };
+            let echo_src = if echo { tok.encode(&text) } else { Vec::new() };
+            (ids, echo_src, echo_prompt.then_some(text))
+        })
+        .await?;
     if prompt.is_empty() {
         return Err(ApiError::bad_request(
             "Prompt cannot be empty",
             Some("prompt"),
         ));
     }
-    let echo_src = st.tokenizer.encode(&prompt_text);
-    let echo_prefix = req.echo.unwrap_or(false).then_some(prompt_text);
     let g = Generation {
         chat: false,
         common: req.common,
-        max_completion_tokens: None,
+        max_tokens,
         prompt,
         echo_src,
         echo_prefix,
@@ -305,13 +327,43 @@ pub(super) async fn completions(
     generate(st, g).await
 }
 
+/// One completion prompt, as text or token ids.
+enum PromptInput {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// The client's output budget, checked against `max_model_len` before anything is tokenized.
+/// vLLM: `TokenizeParams.__post_init__` (chat's `max_completion_tokens` wins over `max_tokens`).
+fn check_max_tokens(
+    st: &AppState,
+    c: &CommonParams,
+    max_completion_tokens: Option<i64>,
+) -> Result<Option<i64>, ApiError> {
+    let max_model_len = st.opts.max_model_len;
+    let (max_tokens, param) = match max_completion_tokens {
+        Some(m) => (Some(m), "max_completion_tokens"),
+        None => (c.max_tokens, "max_tokens"),
+    };
+    if let Some(m) = max_tokens {
+        if m > max_model_len as i64 {
+            return Err(ApiError::bad_request(
+                format!("{param}={m} cannot be greater than max_model_len={max_model_len}. Please request fewer output tokens."),
+                Some(param),
+            ));
+        }
+    }
+    Ok(max_tokens)
+}
+
 /// A generation request from either endpoint, tokenized, before vLLM's checks.
 struct Generation {
     /// `/v1/chat/completions` (else `/v1/completions`).
     chat: bool,
     common: CommonParams,
-    /// Chat's `max_completion_tokens`, which wins over `max_tokens`.
-    max_completion_tokens: Option<i64>,
+    /// The client's output budget (chat's `max_completion_tokens` or `max_tokens`), already
+    /// checked against `max_model_len`.
+    max_tokens: Option<i64>,
     prompt: Vec<u32>,
     /// What `--echo` repeats: the last user message, or the completion prompt.
     echo_src: Vec<u32>,
@@ -323,13 +375,7 @@ struct Generation {
 
 async fn generate(st: Shared, g: Generation) -> Result<Response, ApiError> {
     let num_prompt_tokens = g.prompt.len();
-    let mut p = prepare(
-        &st,
-        &g.common,
-        g.max_completion_tokens,
-        g.prompt,
-        g.echo_src,
-    )?;
+    let mut p = prepare(&st, &g.common, g.max_tokens, g.prompt, g.echo_src)?;
     let (guard, rx) = submit(&st, &mut p, g.arrival_s)?;
     let seq = guard.id;
     let id = if g.chat {

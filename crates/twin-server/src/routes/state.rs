@@ -11,6 +11,7 @@ use twin_workload::LengthDist;
 
 use crate::dcgm::Dcgm;
 use crate::engine::{Cmd, EngineClock, EngineCounters, Event};
+use crate::errors::ApiError;
 use crate::metrics::ServerMetrics;
 use crate::tokenizer::Tokenizer;
 
@@ -123,6 +124,39 @@ impl AppState {
             filler,
             delivery_error_s: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The most characters a text prompt may have: `max_model_len × max_chars_per_token`. Past
+    /// it the prompt cannot fit in `max_model_len` tokens, so it is refused before tokenizing.
+    pub fn max_prompt_chars(&self) -> usize {
+        self.opts
+            .max_model_len
+            .saturating_mul(self.tokenizer.max_chars_per_token())
+    }
+
+    /// vLLM: `TokenizeParams._text_len_check`, on the prompt text (a chat's rendered template).
+    pub(super) fn check_prompt_chars(&self, chars: usize) -> Result<(), ApiError> {
+        let max_chars = self.max_prompt_chars();
+        if chars <= max_chars {
+            return Ok(());
+        }
+        let n = self.opts.max_model_len;
+        Err(ApiError::bad_request(
+            format!("This model's maximum context length is {n} tokens. However, your prompt contains {chars} characters (more than {max_chars} characters, which is the upper bound for {n} input tokens). Please reduce the length of the input prompt."),
+            Some("input_text"),
+        ))
+    }
+
+    /// Tokenizer work on tokio's blocking pool: a long prompt never holds an async worker (and
+    /// with it other connections' I/O) for the milliseconds it takes.
+    pub(super) async fn tokenize<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Tokenizer) -> R + Send + 'static,
+    ) -> Result<R, ApiError> {
+        let tok = self.tokenizer.clone();
+        tokio::task::spawn_blocking(move || work(&tok))
+            .await
+            .map_err(|e| ApiError::internal(format!("tokenization failed: {e}")))
     }
 
     pub(super) fn send(&self, c: Cmd) -> bool {

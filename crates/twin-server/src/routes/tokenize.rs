@@ -16,14 +16,19 @@ pub(super) async fn tokenize(
     VllmJson(req): VllmJson<TokenizeRequest>,
 ) -> Result<Response, ApiError> {
     check_model(&st, &req.model)?;
-    let tokens = match (&req.prompt, &req.messages) {
-        (Some(p), _) => st
-            .tokenizer
-            .encode_prompt(p, req.add_special_tokens.unwrap_or(true)),
+    // vLLM's /tokenize has no length bound; the twin bounds it as it bounds a prompt, so a
+    // request cannot hold a blocking thread for longer than a generation request can.
+    let text = match (req.prompt, req.messages) {
+        (Some(p), _) => {
+            st.check_prompt_chars(p.chars().count())?;
+            TokenizeInput::Prompt(p)
+        }
         (None, Some(m)) => {
             let msgs: Vec<ChatMessage> = m.iter().map(RawChatMessage::flatten).collect();
-            st.tokenizer
-                .encode_chat(&msgs, req.add_generation_prompt.unwrap_or(true))
+            let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+            let chars = st.tokenizer.chat_template_chars(&msgs, add_generation_prompt);
+            st.check_prompt_chars(chars)?;
+            TokenizeInput::Chat(msgs, add_generation_prompt)
         }
         (None, None) => {
             return Err(ApiError::validation(
@@ -32,10 +37,19 @@ pub(super) async fn tokenize(
             ))
         }
     };
-    let token_strs = req
-        .return_token_strs
-        .unwrap_or(false)
-        .then(|| tokens.iter().map(|&t| st.tokenizer.token_str(t)).collect());
+    let add_special_tokens = req.add_special_tokens.unwrap_or(true);
+    let return_token_strs = req.return_token_strs.unwrap_or(false);
+    let (tokens, token_strs) = st
+        .tokenize(move |tok| {
+            let tokens = match text {
+                TokenizeInput::Prompt(p) => tok.encode_prompt(&p, add_special_tokens),
+                TokenizeInput::Chat(msgs, gen) => tok.encode_chat(&msgs, gen),
+            };
+            let strs =
+                return_token_strs.then(|| tokens.iter().map(|&t| tok.token_str(t)).collect());
+            (tokens, strs)
+        })
+        .await?;
     let r = TokenizeResponse {
         count: tokens.len(),
         max_model_len: st.opts.max_model_len,
@@ -46,6 +60,13 @@ pub(super) async fn tokenize(
         StatusCode::OK,
         serde_json::to_string(&r).unwrap_or_default(),
     ))
+}
+
+/// What `/tokenize` was given.
+enum TokenizeInput {
+    Prompt(String),
+    /// Messages and `add_generation_prompt`.
+    Chat(Vec<ChatMessage>, bool),
 }
 
 /// `POST /detokenize`. vLLM: `OpenAIServingTokenization.create_detokenize`.
@@ -62,7 +83,7 @@ pub(super) async fn detokenize(
     }
     let ids: Vec<u32> = req.tokens.iter().map(|&t| t as u32).collect();
     let r = DetokenizeResponse {
-        prompt: st.tokenizer.decode(&ids),
+        prompt: st.tokenize(move |tok| tok.decode(&ids)).await?,
     };
     Ok(errors::json_response(
         StatusCode::OK,
