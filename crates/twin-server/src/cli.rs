@@ -86,11 +86,22 @@ pub fn serve_main(args: &[String]) -> ExitCode {
             "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)",
             running.addr
         );
-        shutdown_signal().await;
+        let liveness = running.state.liveness.clone();
+        let engine_died = tokio::select! {
+            () = shutdown_signal() => None,
+            cause = liveness.wait_dead() => Some(cause.to_string()),
+        };
+        if let Some(cause) = &engine_died {
+            // vLLM: an EngineDeadError makes `terminate_if_errored` stop the API server.
+            eprintln!("error: EngineCore died: {cause}. Shutting down the API server.");
+        }
         println!("INFO:     Shutting down");
         running.shutdown(Duration::from_secs(30)).await;
         println!("INFO:     Finished server process");
-        ExitCode::SUCCESS
+        match engine_died {
+            None => ExitCode::SUCCESS,
+            Some(_) => ExitCode::from(1),
+        }
     })
 }
 

@@ -100,6 +100,11 @@ impl ApiError {
         )
     }
 
+    /// `EngineDeadError` → 500 with its client message. vLLM: `create_error_response`.
+    pub fn engine_dead() -> Self {
+        Self::internal("The server had an error while processing your request.")
+    }
+
     /// The JSON body (also sent as an SSE `data:` frame when a stream fails mid-way).
     pub fn body_json(&self) -> String {
         serde_json::to_string(&ErrorBody { error: &self.info }).unwrap_or_else(|_| "{}".into())

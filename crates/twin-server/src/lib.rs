@@ -9,7 +9,7 @@
 //! from the cost model's per-step utilisation. See docs/serve.md.
 //!
 //! Modules: [`api`] (wire types), [`routes`] (HTTP handlers, one module per endpoint family),
-//! [`engine`] (the engine thread), [`runner`] (deterministic model runner), [`sampling`]
+//! [`engine`] (the engine thread), [`liveness`] (its death), [`runner`] (deterministic model runner), [`sampling`]
 //! (vLLM's sampling-parameter checks), [`tokenizer`] (offline linear-time BPE + chat template),
 //! [`sse`] (stream framing), [`errors`] (vLLM error bodies), [`metrics`] (twin-metrics
 //! adapter), [`dcgm`] (GPU exporter), [`server`] (start-up and shutdown), [`bench`] (load
@@ -22,6 +22,7 @@ pub mod cli;
 pub mod dcgm;
 pub mod engine;
 pub mod errors;
+pub mod liveness;
 pub mod metrics;
 pub mod routes;
 pub mod runner;

@@ -16,6 +16,7 @@ use twin_sim::{SimError, Startup};
 
 use crate::dcgm::Dcgm;
 use crate::engine::{EngineClock, EngineCounters, EngineLoop, EngineParts};
+use crate::liveness::EngineLiveness;
 use crate::metrics::ServerMetrics;
 use crate::routes::{self, AppState, AppStateParts, ServeOptions};
 use crate::runner::{FillerRunner, FillerRunnerExt};
@@ -167,6 +168,7 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
         scale: cfg.time_scale,
     };
     let counters = Arc::new(EngineCounters::default());
+    let liveness = Arc::new(EngineLiveness::default());
     let lateness = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel();
     let engine = EngineLoop::new(EngineParts {
@@ -207,6 +209,7 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
         metrics,
         dcgm: dcgm.clone(),
         counters,
+        liveness: liveness.clone(),
         rng: ChaCha8Rng::seed_from_u64(m.seed ^ 0x5e27e),
     }));
     state.faults.fail_rate_ppm.store(
@@ -227,7 +230,7 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
     let dcgm_addr = dcgm_listener.as_ref().and_then(|l| l.local_addr().ok());
     let engine_thread = std::thread::Builder::new()
         .name("twin-engine".into())
-        .spawn(move || engine.run(rx))
+        .spawn(move || liveness.supervise(move || engine.run(rx)))
         .map_err(StartError::EngineThread)?;
     let (stx, srx) = oneshot::channel::<()>();
     let app = routes::router(state.clone());

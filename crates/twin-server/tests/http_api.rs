@@ -496,7 +496,10 @@ async fn fault_toggle_and_fail_rate() {
         .json()
         .await
         .unwrap();
-    assert_eq!(v, json!({"fail_rate": 0.0, "unhealthy": true}));
+    assert_eq!(
+        v,
+        json!({"fail_rate": 0.0, "unhealthy": true, "engine_dead": null})
+    );
     assert_eq!(
         c.get(format!("{url}/health"))
             .send()
@@ -786,4 +789,74 @@ async fn long_prompts_are_bounded_before_tokenizing() {
         .unwrap();
     assert_eq!(v["usage"]["prompt_tokens"], count, "{v}");
     srv.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The engine thread's death (injected: `kill_engine`) shows as vLLM shows an
+/// `EngineDeadError`: /health 503, generation requests 500, in-flight streams end with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_engine_fails_health_and_requests() {
+    let srv = serve("--dcgm-port 0 --time-scale 0.05").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let health = || async {
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(health().await, 200);
+    // In flight when the engine dies (slow motion: 50 tokens take seconds).
+    let mut stream = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 50, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let first = stream.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: {"), "{first:?}");
+    let v: Value = c
+        .post(format!("{url}/twin/faults"))
+        .json(&json!({"kill_engine": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["engine_dead"],
+        "the engine thread panicked: vllm-twin injected fault: kill_engine"
+    );
+    assert_eq!(health().await, 503);
+    assert_eq!(
+        c.get(format!("{url}/ping")).send().await.unwrap().status(),
+        503
+    );
+    let mut rest = Vec::new();
+    while let Some(b) = stream.chunk().await.unwrap() {
+        rest.extend_from_slice(&b);
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("InternalServerError"), "{rest}");
+    assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
+    let r = c
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "Hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"error": {"message": "The server had an error while processing your request.",
+                         "type": "InternalServerError", "param": null, "code": 500}})
+    );
+    // A graceful stop is not a death.
+    srv.shutdown(Duration::from_secs(5)).await;
+    let srv = serve("--dcgm-port 0").await;
+    let state = srv.state.clone();
+    srv.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(state.liveness.dead(), None);
 }

@@ -167,6 +167,9 @@ fn submit(
     p: &mut Prepared,
     arrival_s: f64,
 ) -> Result<(InFlight, UnboundedReceiver<Event>), ApiError> {
+    if st.liveness.dead().is_some() {
+        return Err(ApiError::engine_dead());
+    }
     if st.faults.unhealthy.load(Ordering::Relaxed) {
         return Err(ApiError::internal(
             "EngineCore encountered an issue. See stack trace (above) for the root cause.",

@@ -50,9 +50,10 @@ pub(super) async fn models(State(st): State<Shared>) -> Response {
     )
 }
 
-/// `GET /health`: 200 with an empty body; 503 when the engine is "dead" (fault toggle).
+/// `GET /health`: 200 with an empty body; 503 once the engine thread has died (or while the
+/// fault toggle says so). vLLM: `health` (`EngineClient.check_health` raising `EngineDeadError`).
 pub(super) async fn health(State(st): State<Shared>) -> Response {
-    if st.faults.unhealthy.load(Ordering::Relaxed) {
+    if st.liveness.dead().is_some() || st.faults.unhealthy.load(Ordering::Relaxed) {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     StatusCode::OK.into_response()

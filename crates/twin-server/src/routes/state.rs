@@ -12,6 +12,7 @@ use twin_workload::LengthDist;
 use crate::dcgm::Dcgm;
 use crate::engine::{Cmd, EngineClock, EngineCounters, Event};
 use crate::errors::ApiError;
+use crate::liveness::EngineLiveness;
 use crate::metrics::ServerMetrics;
 use crate::tokenizer::Tokenizer;
 
@@ -51,6 +52,8 @@ pub struct AppState {
     pub metrics: Arc<ServerMetrics>,
     pub dcgm: Arc<Dcgm>,
     pub counters: Arc<EngineCounters>,
+    /// Whether the engine thread is alive (`/health`, `EngineDeadError`).
+    pub liveness: Arc<EngineLiveness>,
     pub faults: Faults,
     pub rng: Mutex<ChaCha8Rng>,
     pub(super) next_id: AtomicU64,
@@ -90,6 +93,7 @@ pub struct AppStateParts {
     pub metrics: Arc<ServerMetrics>,
     pub dcgm: Arc<Dcgm>,
     pub counters: Arc<EngineCounters>,
+    pub liveness: Arc<EngineLiveness>,
     /// Seeds ids and the output-length draws.
     pub rng: ChaCha8Rng,
 }
@@ -104,6 +108,7 @@ impl AppState {
             metrics,
             dcgm,
             counters,
+            liveness,
             rng,
         } = p;
         let filler: Arc<[u32]> = Arc::from(tokenizer.filler());
@@ -115,6 +120,7 @@ impl AppState {
             metrics,
             dcgm,
             counters,
+            liveness,
             faults: Faults::default(),
             rng: Mutex::new(rng),
             next_id: AtomicU64::new(0),
@@ -165,6 +171,7 @@ impl AppState {
 
     /// Ask the engine thread to stop (graceful shutdown).
     pub fn shutdown_engine(&self) {
+        self.liveness.stopping();
         let _ = self.send(Cmd::Shutdown);
     }
 }
