@@ -57,6 +57,11 @@ pub const SERVE_FLAGS: &[(&str, Option<&str>, &str)] = &[
         Some("BYTES"),
         "413 above this body size (default 32 MiB)",
     ),
+    (
+        "enable-faults",
+        None,
+        "serve /twin/faults (run-time fault injection, incl. killing the engine); off: 404",
+    ),
 ];
 
 /// `serve`'s clap command (also renders `--help`).
@@ -140,6 +145,7 @@ fn serve_config(
         fail_rate: 0.0,
         slow_start_s: 0.0,
         echo: m.get_one::<bool>("echo").copied().unwrap_or(false),
+        enable_faults: m.get_one::<bool>("enable-faults").copied().unwrap_or(false),
         max_body_bytes: 32 << 20,
         max_num_queued_reqs: v
             .cli_str("max_num_queued_reqs")

@@ -35,6 +35,8 @@ pub struct ServeConfig {
     pub fail_rate: f64,
     pub slow_start_s: f64,
     pub echo: bool,
+    /// Serve `/twin/*` (fault injection); off, those routes are 404.
+    pub enable_faults: bool,
     pub max_body_bytes: usize,
     pub max_num_queued_reqs: Option<usize>,
     pub max_num_queued_tokens: Option<usize>,
@@ -198,6 +200,7 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
             Box::leak(cfg.response_role.clone().into_boxed_str())
         },
         echo: cfg.echo,
+        enable_faults: cfg.enable_faults,
         output_len: m.workload.output_len.clone(),
         max_body_bytes: cfg.max_body_bytes,
     };

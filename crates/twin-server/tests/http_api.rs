@@ -475,7 +475,7 @@ async fn admission_limit_rejects_with_503_and_counts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_toggle_and_fail_rate() {
-    let srv = serve("--fail-rate 1 --dcgm-port 0").await;
+    let srv = serve("--fail-rate 1 --dcgm-port 0 --enable-faults").await;
     let url = base(&srv);
     let c = reqwest::Client::new();
     let r = c
@@ -795,7 +795,7 @@ async fn long_prompts_are_bounded_before_tokenizing() {
 /// `EngineDeadError`: /health 503, generation requests 500, in-flight streams end with an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_engine_fails_health_and_requests() {
-    let srv = serve("--dcgm-port 0 --time-scale 0.05").await;
+    let srv = serve("--dcgm-port 0 --time-scale 0.05 --enable-faults").await;
     let url = base(&srv);
     let c = reqwest::Client::new();
     let health = || async {
@@ -859,4 +859,93 @@ async fn a_dead_engine_fails_health_and_requests() {
     let state = srv.state.clone();
     srv.shutdown(Duration::from_secs(5)).await;
     assert_eq!(state.liveness.dead(), None);
+}
+
+/// `/twin/*` can fail every request and kill the engine: it is off (404) unless
+/// `--enable-faults`, needs the API key when one is set, and takes JSON only, so a cross-site
+/// form post (text/plain, no preflight) cannot reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twin_controls_are_opt_in_authenticated_and_json_only() {
+    let c = reqwest::Client::new();
+    let srv = serve("--dcgm-port 0").await;
+    let url = base(&srv);
+    for r in [
+        c.get(format!("{url}/twin/faults")).send().await.unwrap(),
+        c.post(format!("{url}/twin/faults"))
+            .json(&json!({"kill_engine": true}))
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert_eq!(r.status(), 404);
+        assert_eq!(
+            r.json::<Value>().await.unwrap(),
+            json!({"detail": "Not Found"})
+        );
+    }
+    assert_eq!(srv.state.liveness.dead(), None);
+    srv.shutdown(Duration::from_secs(5)).await;
+
+    let srv = serve("--dcgm-port 0 --enable-faults --api-key sekrit").await;
+    let url = base(&srv);
+    let faults = format!("{url}/twin/faults");
+    let r = c.get(&faults).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"error": "Unauthorized"})
+    );
+    let r = c
+        .post(&faults)
+        .bearer_auth("wrong")
+        .json(&json!({"unhealthy": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // What an HTML form on another origin can send without a CORS preflight.
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ] {
+        let r = c
+            .post(&faults)
+            .bearer_auth("sekrit")
+            .header("content-type", ct)
+            .body(r#"{"unhealthy": true}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{ct}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "Bad Request", "{v}");
+    }
+    let v: Value = c
+        .get(&faults)
+        .bearer_auth("sekrit")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["unhealthy"], false, "{v}");
+    let r = c
+        .post(&faults)
+        .bearer_auth("sekrit")
+        .json(&json!({"unhealthy": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    srv.shutdown(Duration::from_secs(5)).await;
 }

@@ -20,7 +20,14 @@ fn http(addr: &str, request: &str) -> String {
 #[test]
 fn a_dead_engine_stops_serve_with_exit_status_1() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
-        .args(["serve", "--port", "0", "--dcgm-port", "0"])
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--dcgm-port",
+            "0",
+            "--enable-faults",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -30,7 +30,7 @@ use state::Shared;
 /// Build the router: API routes, auth, body limit, vLLM's 404/405 bodies.
 pub fn router(st: Shared) -> Router {
     let limit = st.opts.max_body_bytes;
-    Router::new()
+    let app = Router::new()
         .route("/v1/chat/completions", post(completions::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(info::models))
@@ -40,12 +40,18 @@ pub fn router(st: Shared) -> Router {
         .route("/load", get(info::load))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
-        .route("/metrics", get(info::metrics))
-        .route(
+        .route("/metrics", get(info::metrics));
+    // The twin's control endpoints exist only when asked for: they can fail every request and
+    // kill the engine.
+    let app = if st.opts.enable_faults {
+        app.route(
             "/twin/faults",
             get(faults::get_faults).post(faults::set_faults),
         )
-        .fallback(|| async { errors::detail(StatusCode::NOT_FOUND, "Not Found") })
+    } else {
+        app
+    };
+    app.fallback(|| async { errors::detail(StatusCode::NOT_FOUND, "Not Found") })
         .method_not_allowed_fallback(|| async {
             errors::detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
         })
@@ -55,10 +61,12 @@ pub fn router(st: Shared) -> Router {
 }
 
 /// vLLM: `AuthenticationMiddleware` (Bearer token on `/v1...`; OPTIONS and other paths pass).
+/// The twin's `/twin/...` controls are guarded the same way.
 async fn authenticate(State(st): State<Shared>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
     if !st.opts.api_keys.is_empty()
         && req.method() != Method::OPTIONS
-        && req.uri().path().starts_with("/v1")
+        && (path.starts_with("/v1") || path.starts_with("/twin"))
     {
         let ok = req
             .headers()

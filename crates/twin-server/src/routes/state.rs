@@ -38,6 +38,8 @@ pub struct ServeOptions {
     pub enable_prompt_tokens_details: bool,
     pub response_role: &'static str,
     pub echo: bool,
+    /// `/twin/*` is routed (`--enable-faults`).
+    pub enable_faults: bool,
     pub output_len: LengthDist,
     pub max_body_bytes: usize,
 }
