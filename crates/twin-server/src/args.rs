@@ -3,7 +3,10 @@
 //! flags the OpenAI frontend owns (`--host`, `--port`, `--api-key`, ...) keep vLLM's meaning and
 //! defaults; the rest of vLLM's flags go to the simulator.
 
+use std::time::Duration;
+
 use clap::{Arg, ArgAction, ArgMatches, Command};
+use twin_http::ConnectionLimits;
 use twin_sim::engine_args::{
     checked_argv, clap_error, parse_duration_s, simulate_command, simulate_from_matches,
     VllmValues, MODELLED_VLLM_FLAGS,
@@ -58,11 +61,41 @@ pub const SERVE_FLAGS: &[(&str, Option<&str>, &str)] = &[
         "413 above this body size (default 32 MiB)",
     ),
     (
+        "max-connections",
+        Some("N"),
+        "open HTTP connections at most; past it a client gets 503 and is closed (default 10000)",
+    ),
+    (
+        "header-read-timeout",
+        Some("DURATION"),
+        "time to send a request head, and the keep-alive idle timeout (default 5s)",
+    ),
+    (
+        "shutdown-grace",
+        Some("DURATION"),
+        "on SIGTERM, how long in-flight requests may take to finish (default 30s)",
+    ),
+    (
         "enable-faults",
         None,
         "serve /twin/faults (run-time fault injection, incl. killing the engine); off: 404",
     ),
 ];
+
+/// The listener's defaults. 10,000 connections is twice the serve_load bench's 5,000
+/// concurrent streams and under the 65,535 descriptors vLLM raises its limit to (`set_ulimit`);
+/// 5 s is uvicorn's keep-alive timeout in vLLM (`VLLM_HTTP_TIMEOUT_KEEP_ALIVE`).
+pub const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = ConnectionLimits {
+    max_connections: 10_000,
+    header_read_timeout: Duration::from_secs(5),
+    shutdown_grace: Duration::from_secs(30),
+};
+
+/// `--max-connections` at most: each connection holds a descriptor and a task.
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+
+/// `--header-read-timeout` and `--shutdown-grace` at most (1 h).
+pub const MAX_LISTENER_TIMEOUT_S: f64 = 3600.0;
 
 /// `serve`'s clap command (also renders `--help`).
 pub fn serve_command() -> Command {
@@ -78,7 +111,12 @@ pub fn serve_command() -> Command {
                 .help(help)
                 .help_heading("Server flags");
             match value {
-                Some(v) => arg.value_name(v).action(ArgAction::Set).num_args(1),
+                // A value starting with `-` is the value (`--fail-rate -1` is a range error).
+                Some(v) => arg
+                    .value_name(v)
+                    .action(ArgAction::Set)
+                    .num_args(1)
+                    .allow_hyphen_values(true),
                 None => vllm_flags::bool_arg(arg),
             }
         },
@@ -147,6 +185,7 @@ fn serve_config(
         echo: m.get_one::<bool>("echo").copied().unwrap_or(false),
         enable_faults: m.get_one::<bool>("enable-faults").copied().unwrap_or(false),
         max_body_bytes: 32 << 20,
+        connection_limits: DEFAULT_CONNECTION_LIMITS,
         max_num_queued_reqs: v
             .cli_str("max_num_queued_reqs")
             .map(|x| num("--max-num-queued-reqs", x))
@@ -193,6 +232,27 @@ fn serve_config(
     }
     if let Some(x) = own("max-request-body-bytes") {
         c.max_body_bytes = num("--max-request-body-bytes", x)?;
+    }
+    if let Some(x) = own("max-connections") {
+        let n: usize = num("--max-connections", x)?;
+        if !(1..=MAX_CONNECTIONS).contains(&n) {
+            return Err(out_of_range("--max-connections", "in [1, 1000000]"));
+        }
+        c.connection_limits.max_connections = n;
+    }
+    if let Some(x) = own("header-read-timeout") {
+        let s = parse_duration_s("--header-read-timeout", x)?;
+        if s > MAX_LISTENER_TIMEOUT_S {
+            return Err(out_of_range("--header-read-timeout", "at most 1h"));
+        }
+        c.connection_limits.header_read_timeout = Duration::from_secs_f64(s);
+    }
+    if let Some(x) = own("shutdown-grace") {
+        let s = parse_duration_s("--shutdown-grace", x)?;
+        if s > MAX_LISTENER_TIMEOUT_S {
+            return Err(out_of_range("--shutdown-grace", "at most 1h"));
+        }
+        c.connection_limits.shutdown_grace = Duration::from_secs_f64(s);
     }
     if c.api_keys.is_empty() {
         if let Ok(k) = std::env::var("VLLM_API_KEY") {
@@ -266,10 +326,32 @@ mod tests {
             ("--time-scale 0", "--time-scale:"),
             ("--fail-rate 2", "--fail-rate:"),
             ("--max-num-queued-reqs -1", "--max-num-queued-reqs:"),
+            ("--max-connections 0", "--max-connections:"),
+            ("--max-connections many", "--max-connections:"),
+            ("--header-read-timeout 0", "--header-read-timeout:"),
+            ("--header-read-timeout 2h", "--header-read-timeout:"),
+            ("--shutdown-grace -1s", "--shutdown-grace:"),
+            ("--fail-rate -0.5", "--fail-rate:"),
         ] {
             let e = parse(line).unwrap_err();
             assert!(e.starts_with(flag), "{line}: {e}");
         }
+        let c = parse("").unwrap();
+        assert_eq!(c.connection_limits, DEFAULT_CONNECTION_LIMITS);
+        assert!(!c.enable_faults);
+        let c = parse(
+            "--max-connections 64 --header-read-timeout 250ms --shutdown-grace 1m --enable-faults",
+        )
+        .unwrap();
+        assert_eq!(
+            c.connection_limits,
+            ConnectionLimits {
+                max_connections: 64,
+                header_read_timeout: Duration::from_millis(250),
+                shutdown_grace: Duration::from_secs(60),
+            }
+        );
+        assert!(c.enable_faults);
         let e = parse("--time-scal 2").unwrap_err();
         assert!(e.contains("did you mean --time-scale"), "{e}");
     }

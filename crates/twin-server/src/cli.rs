@@ -96,7 +96,10 @@ pub fn serve_main(args: &[String]) -> ExitCode {
             eprintln!("error: EngineCore died: {cause}. Shutting down the API server.");
         }
         println!("INFO:     Shutting down");
-        running.shutdown(Duration::from_secs(30)).await;
+        // The listener drains for --shutdown-grace; a second more covers the engine's stop.
+        running
+            .shutdown(cfg.connection_limits.shutdown_grace + Duration::from_secs(1))
+            .await;
         println!("INFO:     Finished server process");
         match engine_died {
             None => ExitCode::SUCCESS,

@@ -14,8 +14,11 @@ use twin_engine::EngineCore;
 use twin_sim::engine_args::SimulateArgs;
 use twin_sim::{SimError, Startup};
 
+use twin_http::{ConnectionLimits, Overflow};
+
 use crate::dcgm::Dcgm;
 use crate::engine::{EngineClock, EngineCounters, EngineLoop, EngineParts};
+use crate::errors::ApiError;
 use crate::liveness::EngineLiveness;
 use crate::metrics::ServerMetrics;
 use crate::routes::{self, AppState, AppStateParts, ServeOptions};
@@ -38,6 +41,9 @@ pub struct ServeConfig {
     /// Serve `/twin/*` (fault injection); off, those routes are 404.
     pub enable_faults: bool,
     pub max_body_bytes: usize,
+    /// The listener's bounds (`--max-connections`, `--header-read-timeout`,
+    /// `--shutdown-grace`).
+    pub connection_limits: ConnectionLimits,
     pub max_num_queued_reqs: Option<usize>,
     pub max_num_queued_tokens: Option<usize>,
     pub enable_force_include_usage: bool,
@@ -120,6 +126,25 @@ async fn bind(flag: &'static str, host: &str, port: u16) -> Result<TcpListener, 
             port,
             source,
         })
+}
+
+/// Refusals past `--max-connections` open at once; each lives at most one header-read timeout,
+/// so a flood past the cap holds at most this many more sockets (the rest wait in the backlog).
+pub const MAX_OPEN_REFUSALS: usize = 256;
+
+/// The DCGM exporter's listener: a Prometheus server or two scrape it.
+pub const MAX_DCGM_CONNECTIONS: usize = 64;
+
+/// What a client past `--max-connections` gets: 503 in vLLM's error shape, then the connection
+/// closes (uvicorn's `--limit-concurrency` answers 503 too).
+fn refusal_router(max_connections: usize) -> axum::Router {
+    let message = format!(
+        "The server is at its connection limit (--max-connections {max_connections}). Please try again later or on a different instance."
+    );
+    axum::Router::new().fallback(move || {
+        let e = ApiError::unavailable(&message);
+        async move { e }
+    })
 }
 
 /// Plan memory, build the engine, bind the listeners and start serving.
@@ -238,22 +263,27 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
     let (stx, srx) = oneshot::channel::<()>();
     let app = routes::router(state.clone());
     let dcgm_app = routes::dcgm_router(dcgm);
+    let limits = cfg.connection_limits;
+    let refusal = refusal_router(limits.max_connections);
     let http = tokio::spawn(async move {
         let (d_stop_tx, d_stop_rx) = oneshot::channel::<()>();
         let dcgm_task = dcgm_listener.map(|l| {
-            tokio::spawn(async move {
-                let _ = axum::serve(l, dcgm_app)
-                    .with_graceful_shutdown(async {
-                        let _ = d_stop_rx.await;
-                    })
-                    .await;
-            })
+            let dcgm_limits = ConnectionLimits {
+                max_connections: MAX_DCGM_CONNECTIONS,
+                ..limits
+            };
+            tokio::spawn(twin_http::serve(l, dcgm_app, dcgm_limits, async {
+                let _ = d_stop_rx.await;
+            }))
         });
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = srx.await;
-            })
-            .await;
+        let overflow = Overflow::Refuse {
+            app: refusal,
+            max_open: MAX_OPEN_REFUSALS,
+        };
+        let _ = twin_http::serve_with_overflow(listener, app, limits, overflow, async {
+            let _ = srx.await;
+        })
+        .await;
         let _ = d_stop_tx.send(());
         if let Some(t) = dcgm_task {
             let _ = t.await;
