@@ -293,7 +293,7 @@ pub(super) async fn completions(
         }
     };
     if let PromptInput::Text(s) = &prompt {
-        st.check_prompt_chars(s.chars().count())?;
+        st.check_prompt_text(s)?;
     }
     let limit = st.opts.max_model_len.saturating_add(1);
     let (echo, echo_prompt) = (st.opts.echo, req.echo.unwrap_or(false));

@@ -142,6 +142,15 @@ impl AppState {
             .saturating_mul(self.tokenizer.max_chars_per_token())
     }
 
+    /// [`Self::check_prompt_chars`] on a text; characters are counted only when its bytes
+    /// (never fewer than its characters) are over the bound.
+    pub(super) fn check_prompt_text(&self, text: &str) -> Result<(), ApiError> {
+        if text.len() <= self.max_prompt_chars() {
+            return Ok(());
+        }
+        self.check_prompt_chars(text.chars().count())
+    }
+
     /// vLLM: `TokenizeParams._text_len_check`, on the prompt text (a chat's rendered template).
     pub(super) fn check_prompt_chars(&self, chars: usize) -> Result<(), ApiError> {
         let max_chars = self.max_prompt_chars();

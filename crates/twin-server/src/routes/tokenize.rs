@@ -20,7 +20,7 @@ pub(super) async fn tokenize(
     // request cannot hold a blocking thread for longer than a generation request can.
     let text = match (req.prompt, req.messages) {
         (Some(p), _) => {
-            st.check_prompt_chars(p.chars().count())?;
+            st.check_prompt_text(&p)?;
             TokenizeInput::Prompt(p)
         }
         (None, Some(m)) => {
