@@ -2,11 +2,12 @@
 
 use std::time::{Duration, Instant};
 
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use twin_http::{serve, ConnectionLimits};
+use twin_http::{serve, serve_with_overflow, ConnectionLimits, Overflow};
 
 async fn start(
     limits: ConnectionLimits,
@@ -127,4 +128,69 @@ async fn shutdown_stops_accepting() {
     // ...and nothing listens any more.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_new_clients_can_be_refused_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().route("/", get(|| async { "ok" }));
+    let refusal =
+        Router::new().fallback(|| async { (StatusCode::SERVICE_UNAVAILABLE, "busy, ok") });
+    let overflow = Overflow::Refuse {
+        app: refusal,
+        max_open: 4,
+    };
+    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve_with_overflow(
+        listener,
+        app,
+        limits(2, 60_000),
+        overflow,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    let mut held: Vec<TcpStream> = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(GET).await.unwrap();
+        assert!(read_response(&mut s)
+            .await
+            .unwrap()
+            .starts_with("HTTP/1.1 200"));
+        held.push(s);
+    }
+    // Past the cap: answered (not left in the backlog), then closed.
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    third.write_all(GET).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), read_response(&mut third))
+        .await
+        .expect("refused at once")
+        .unwrap();
+    assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+    assert!(r.to_ascii_lowercase().contains("connection: close"), "{r}");
+    assert!(closed_after(&mut third, Duration::from_secs(10))
+        .await
+        .is_some());
+    // The connections within the cap are still served.
+    held[0].write_all(GET).await.unwrap();
+    assert!(read_response(&mut held[0])
+        .await
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+    // Once one closes, a new client is served again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(GET).await.unwrap();
+        let r = read_response(&mut s).await.unwrap();
+        if r.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        // The server may not have seen the close yet.
+        assert!(Instant::now() < deadline, "never served again: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -3,12 +3,16 @@
 //! flags the OpenAI frontend owns (`--host`, `--port`, `--api-key`, ...) keep vLLM's meaning and
 //! defaults; the rest of vLLM's flags go to the simulator.
 
+use std::time::Duration;
+
 use clap::{Arg, ArgAction, ArgMatches, Command};
+use twin_http::ConnectionLimits;
 use twin_sim::engine_args::{
     checked_argv, clap_error, parse_duration_s, simulate_command, simulate_from_matches,
     VllmValues, MODELLED_VLLM_FLAGS,
 };
 use twin_sim::vllm_flags;
+use twin_sim::SimError;
 
 use crate::server::ServeConfig;
 
@@ -56,7 +60,42 @@ pub const SERVE_FLAGS: &[(&str, Option<&str>, &str)] = &[
         Some("BYTES"),
         "413 above this body size (default 32 MiB)",
     ),
+    (
+        "max-connections",
+        Some("N"),
+        "open HTTP connections at most; past it a client gets 503 and is closed (default 10000)",
+    ),
+    (
+        "header-read-timeout",
+        Some("DURATION"),
+        "time to send a request head, and the keep-alive idle timeout (default 5s)",
+    ),
+    (
+        "shutdown-grace",
+        Some("DURATION"),
+        "on SIGTERM, how long in-flight requests may take to finish (default 30s)",
+    ),
+    (
+        "enable-faults",
+        None,
+        "serve /twin/faults (run-time fault injection, incl. killing the engine); off: 404",
+    ),
 ];
+
+/// The listener's defaults. 10,000 connections is twice the serve_load bench's 5,000
+/// concurrent streams and under the 65,535 descriptors vLLM raises its limit to (`set_ulimit`);
+/// 5 s is uvicorn's keep-alive timeout in vLLM (`VLLM_HTTP_TIMEOUT_KEEP_ALIVE`).
+pub const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = ConnectionLimits {
+    max_connections: 10_000,
+    header_read_timeout: Duration::from_secs(5),
+    shutdown_grace: Duration::from_secs(30),
+};
+
+/// `--max-connections` at most: each connection holds a descriptor and a task.
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+
+/// `--header-read-timeout` and `--shutdown-grace` at most (1 h).
+pub const MAX_LISTENER_TIMEOUT_S: f64 = 3600.0;
 
 /// `serve`'s clap command (also renders `--help`).
 pub fn serve_command() -> Command {
@@ -72,39 +111,62 @@ pub fn serve_command() -> Command {
                 .help(help)
                 .help_heading("Server flags");
             match value {
-                Some(v) => arg.value_name(v).action(ArgAction::Set).num_args(1),
+                // A value starting with `-` is the value (`--fail-rate -1` is a range error).
+                Some(v) => arg
+                    .value_name(v)
+                    .action(ArgAction::Set)
+                    .num_args(1)
+                    .allow_hyphen_values(true),
                 None => vllm_flags::bool_arg(arg),
             }
         },
     ))
 }
 
-fn err(flag: &str, msg: impl std::fmt::Display) -> String {
-    format!("{flag}: {msg}")
+/// Why `serve`'s command line was refused. Every variant names the flag.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeArgsError {
+    /// What the simulator's parser refuses: vLLM's flags, typos (with a suggestion), files.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error("{flag}: {value:?} is not a valid number")]
+    NotANumber { flag: &'static str, value: String },
+    #[error("{flag}: {value:?} is not an integer")]
+    NotAnInteger { flag: &'static str, value: String },
+    #[error("{flag}: must be {bound}")]
+    OutOfRange {
+        flag: &'static str,
+        bound: &'static str,
+    },
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.trim()
-        .parse()
-        .map_err(|_| err(flag, format!("{v:?} is not a valid number")))
+fn num<T: std::str::FromStr>(flag: &'static str, v: &str) -> Result<T, ServeArgsError> {
+    v.trim().parse().map_err(|_| ServeArgsError::NotANumber {
+        flag,
+        value: v.to_string(),
+    })
+}
+
+fn out_of_range(flag: &'static str, bound: &'static str) -> ServeArgsError {
+    ServeArgsError::OutOfRange { flag, bound }
 }
 
 /// Parse `serve`'s argv. Errors name the flag.
-pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, String> {
-    let argv = checked_argv(args).map_err(|e| e.to_string())?;
+pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, ServeArgsError> {
+    let argv = checked_argv(args)?;
     let m = serve_command()
         .try_get_matches_from(&argv)
-        .map_err(|e| clap_error(e, "serve").to_string())?;
+        .map_err(|e| clap_error(e, "serve"))?;
+    // twin-sim's file-reader interface takes a plain message.
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
-    let sim =
-        simulate_from_matches(&m, &argv, SERVE_VLLM_FLAGS, &read).map_err(|e| e.to_string())?;
+    let sim = simulate_from_matches(&m, &argv, SERVE_VLLM_FLAGS, &read)?;
     serve_config(&m, sim)
 }
 
 fn serve_config(
     m: &ArgMatches,
     sim: twin_sim::engine_args::SimulateArgs,
-) -> Result<ServeConfig, String> {
+) -> Result<ServeConfig, ServeArgsError> {
     let v = VllmValues::new(m);
     let own = |id: &str| m.get_one::<String>(id).map(String::as_str);
     let mut c = ServeConfig {
@@ -121,7 +183,9 @@ fn serve_config(
         fail_rate: 0.0,
         slow_start_s: 0.0,
         echo: m.get_one::<bool>("echo").copied().unwrap_or(false),
+        enable_faults: m.get_one::<bool>("enable-faults").copied().unwrap_or(false),
         max_body_bytes: 32 << 20,
+        connection_limits: DEFAULT_CONNECTION_LIMITS,
         max_num_queued_reqs: v
             .cli_str("max_num_queued_reqs")
             .map(|x| num("--max-num-queued-reqs", x))
@@ -131,11 +195,9 @@ fn serve_config(
             .map(|x| {
                 vllm_flags::parse_human_int(x)
                     .map(|n| n as usize)
-                    .ok_or_else(|| {
-                        err(
-                            "--max-num-queued-tokens",
-                            format!("{x:?} is not an integer"),
-                        )
+                    .ok_or_else(|| ServeArgsError::NotAnInteger {
+                        flag: "--max-num-queued-tokens",
+                        value: x.to_string(),
                     })
             })
             .transpose()?,
@@ -147,7 +209,7 @@ fn serve_config(
         let x: f64 = num("--time-scale", x)?;
         // Step times are divided by it and slept: 1e-300 once overflowed the sleep.
         if !(1e-3..=1e3).contains(&x) {
-            return Err(err("--time-scale", "must be in [0.001, 1000]"));
+            return Err(out_of_range("--time-scale", "in [0.001, 1000]"));
         }
         c.time_scale = x;
     }
@@ -158,18 +220,39 @@ fn serve_config(
     if let Some(x) = own("fail-rate") {
         let x: f64 = num("--fail-rate", x)?;
         if !(0.0..=1.0).contains(&x) {
-            return Err(err("--fail-rate", "must be in [0, 1]"));
+            return Err(out_of_range("--fail-rate", "in [0, 1]"));
         }
         c.fail_rate = x;
     }
     if let Some(x) = own("slow-start") {
-        c.slow_start_s = parse_duration_s("--slow-start", x).map_err(|e| e.to_string())?;
+        c.slow_start_s = parse_duration_s("--slow-start", x)?;
         if c.slow_start_s > 3600.0 {
-            return Err(err("--slow-start", "must be at most 1h"));
+            return Err(out_of_range("--slow-start", "at most 1h"));
         }
     }
     if let Some(x) = own("max-request-body-bytes") {
         c.max_body_bytes = num("--max-request-body-bytes", x)?;
+    }
+    if let Some(x) = own("max-connections") {
+        let n: usize = num("--max-connections", x)?;
+        if !(1..=MAX_CONNECTIONS).contains(&n) {
+            return Err(out_of_range("--max-connections", "in [1, 1000000]"));
+        }
+        c.connection_limits.max_connections = n;
+    }
+    if let Some(x) = own("header-read-timeout") {
+        let s = parse_duration_s("--header-read-timeout", x)?;
+        if s > MAX_LISTENER_TIMEOUT_S {
+            return Err(out_of_range("--header-read-timeout", "at most 1h"));
+        }
+        c.connection_limits.header_read_timeout = Duration::from_secs_f64(s);
+    }
+    if let Some(x) = own("shutdown-grace") {
+        let s = parse_duration_s("--shutdown-grace", x)?;
+        if s > MAX_LISTENER_TIMEOUT_S {
+            return Err(out_of_range("--shutdown-grace", "at most 1h"));
+        }
+        c.connection_limits.shutdown_grace = Duration::from_secs_f64(s);
     }
     if c.api_keys.is_empty() {
         if let Ok(k) = std::env::var("VLLM_API_KEY") {
@@ -193,7 +276,7 @@ mod tests {
 
     fn parse(s: &str) -> Result<ServeConfig, String> {
         let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
-        parse_serve_args(&argv)
+        parse_serve_args(&argv).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -243,10 +326,32 @@ mod tests {
             ("--time-scale 0", "--time-scale:"),
             ("--fail-rate 2", "--fail-rate:"),
             ("--max-num-queued-reqs -1", "--max-num-queued-reqs:"),
+            ("--max-connections 0", "--max-connections:"),
+            ("--max-connections many", "--max-connections:"),
+            ("--header-read-timeout 0", "--header-read-timeout:"),
+            ("--header-read-timeout 2h", "--header-read-timeout:"),
+            ("--shutdown-grace -1s", "--shutdown-grace:"),
+            ("--fail-rate -0.5", "--fail-rate:"),
         ] {
             let e = parse(line).unwrap_err();
             assert!(e.starts_with(flag), "{line}: {e}");
         }
+        let c = parse("").unwrap();
+        assert_eq!(c.connection_limits, DEFAULT_CONNECTION_LIMITS);
+        assert!(!c.enable_faults);
+        let c = parse(
+            "--max-connections 64 --header-read-timeout 250ms --shutdown-grace 1m --enable-faults",
+        )
+        .unwrap();
+        assert_eq!(
+            c.connection_limits,
+            ConnectionLimits {
+                max_connections: 64,
+                header_read_timeout: Duration::from_millis(250),
+                shutdown_grace: Duration::from_secs(60),
+            }
+        );
+        assert!(c.enable_faults);
         let e = parse("--time-scal 2").unwrap_err();
         assert!(e.contains("did you mean --time-scale"), "{e}");
     }

@@ -12,6 +12,33 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde::Serialize;
 
+/// Why `bench-serve`'s command line was refused; each names the flag or argument.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchArgsError {
+    /// clap's refusals (unknown flag with a suggestion, a bad value), naming the flag.
+    #[error(transparent)]
+    Flag(#[from] twin_sim::SimError),
+    #[error("{0}: more than one URL given")]
+    MoreThanOneUrl(String),
+    #[error("bench-serve URL: missing (e.g. http://127.0.0.1:8000)")]
+    MissingUrl,
+    #[error("--timeout: must be > 0 seconds")]
+    Timeout,
+}
+
+/// Why a load run could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("cannot build the HTTP client: {0}")]
+    Client(reqwest::Error),
+    #[error("GET /v1/models: {0}")]
+    Models(reqwest::Error),
+    #[error("GET /v1/models listed no model")]
+    NoModel,
+    #[error("a load worker stopped: {0}")]
+    Worker(tokio::task::JoinError),
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct BenchArgs {
@@ -113,7 +140,7 @@ fn prompt(i: usize, n: usize) -> String {
     s
 }
 
-async fn resolve_model(client: &reqwest::Client, a: &BenchArgs) -> Result<String, String> {
+async fn resolve_model(client: &reqwest::Client, a: &BenchArgs) -> Result<String, BenchError> {
     if let Some(m) = &a.model {
         return Ok(m.clone());
     }
@@ -124,14 +151,14 @@ async fn resolve_model(client: &reqwest::Client, a: &BenchArgs) -> Result<String
     let v: serde_json::Value = req
         .send()
         .await
-        .map_err(|e| format!("GET /v1/models: {e}"))?
+        .map_err(BenchError::Models)?
         .json()
         .await
-        .map_err(|e| format!("GET /v1/models: {e}"))?;
+        .map_err(BenchError::Models)?;
     v["data"][0]["id"]
         .as_str()
         .map(str::to_string)
-        .ok_or_else(|| "GET /v1/models listed no model".to_string())
+        .ok_or(BenchError::NoModel)
 }
 
 /// One streaming request, timed from the client.
@@ -230,12 +257,12 @@ pub async fn one_request(
 }
 
 /// Run the load and summarize it.
-pub async fn run(a: BenchArgs) -> Result<BenchReport, String> {
+pub async fn run(a: BenchArgs) -> Result<BenchReport, BenchError> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(a.concurrency.max(1))
         .timeout(Duration::from_secs_f64(a.timeout_s))
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(BenchError::Client)?;
     let model = resolve_model(&client, &a).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();
@@ -256,7 +283,7 @@ pub async fn run(a: BenchArgs) -> Result<BenchReport, String> {
     }
     let mut results = Vec::with_capacity(a.num_requests);
     for t in tasks {
-        results.extend(t.await.map_err(|e| e.to_string())?);
+        results.extend(t.await.map_err(BenchError::Worker)?);
     }
     let duration_s = t0.elapsed().as_secs_f64();
     Ok(report(&results, duration_s))
@@ -409,7 +436,7 @@ pub fn bench_help() -> String {
 }
 
 /// Parse `bench-serve URL --concurrency C --num-requests N ...` (`--a_b` spellings accepted).
-pub fn parse_bench_args(args: &[String]) -> Result<BenchArgs, String> {
+pub fn parse_bench_args(args: &[String]) -> Result<BenchArgs, BenchArgsError> {
     use clap::Parser;
     // Like vLLM's parser: underscores in a flag's name are dashes.
     let argv = args.iter().map(|a| match a.strip_prefix("--") {
@@ -423,21 +450,21 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchArgs, String> {
         use clap::error::{ContextKind, ContextValue, ErrorKind};
         match (e.kind(), e.get(ContextKind::InvalidArg)) {
             (ErrorKind::UnknownArgument, Some(ContextValue::String(a))) if !a.starts_with('-') => {
-                format!("{a}: more than one URL given")
+                BenchArgsError::MoreThanOneUrl(a.clone())
             }
-            _ => twin_sim::engine_args::clap_error(e, "bench-serve").to_string(),
+            _ => twin_sim::engine_args::clap_error(e, "bench-serve").into(),
         }
     })?;
     let mut url = cli
         .url
-        .ok_or("bench-serve URL: missing (e.g. http://127.0.0.1:8000)")?
+        .ok_or(BenchArgsError::MissingUrl)?
         .trim_end_matches('/')
         .to_string();
     if !url.starts_with("http://") && !url.starts_with("https://") {
         url = format!("http://{url}");
     }
     if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
-        return Err("--timeout: must be > 0 seconds".into());
+        return Err(BenchArgsError::Timeout);
     }
     Ok(BenchArgs {
         url,
@@ -459,7 +486,7 @@ mod tests {
 
     fn parse(s: &str) -> Result<BenchArgs, String> {
         let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
-        parse_bench_args(&argv)
+        parse_bench_args(&argv).map_err(|e| e.to_string())
     }
 
     #[test]

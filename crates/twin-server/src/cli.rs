@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::args::parse_serve_args;
-use crate::server::{start, StartError};
+use crate::server::start;
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -66,14 +66,10 @@ pub fn serve_main(args: &[String]) -> ExitCode {
         }
         let running = match start(&cfg).await {
             Ok(r) => r,
-            Err(StartError::Refused(m)) => {
-                // vLLM refuses to start with its own message.
-                eprintln!("error: {m}");
-                return ExitCode::from(1);
-            }
-            Err(StartError::Config(m)) => {
-                eprintln!("error: {m}");
-                return ExitCode::from(2);
+            Err(e) => {
+                // A refusal vLLM itself would give carries vLLM's own message.
+                eprintln!("error: {e}");
+                return ExitCode::from(e.exit_code());
             }
         };
         println!("{}", running.startup.plan);
@@ -90,11 +86,25 @@ pub fn serve_main(args: &[String]) -> ExitCode {
             "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)",
             running.addr
         );
-        shutdown_signal().await;
+        let liveness = running.state.liveness.clone();
+        let engine_died = tokio::select! {
+            () = shutdown_signal() => None,
+            cause = liveness.wait_dead() => Some(cause.to_string()),
+        };
+        if let Some(cause) = &engine_died {
+            // vLLM: an EngineDeadError makes `terminate_if_errored` stop the API server.
+            eprintln!("error: EngineCore died: {cause}. Shutting down the API server.");
+        }
         println!("INFO:     Shutting down");
-        running.shutdown(Duration::from_secs(30)).await;
+        // The listener drains for --shutdown-grace; a second more covers the engine's stop.
+        running
+            .shutdown(cfg.connection_limits.shutdown_grace + Duration::from_secs(1))
+            .await;
         println!("INFO:     Finished server process");
-        ExitCode::SUCCESS
+        match engine_died {
+            None => ExitCode::SUCCESS,
+            Some(_) => ExitCode::from(1),
+        }
     })
 }
 

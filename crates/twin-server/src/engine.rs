@@ -73,6 +73,9 @@ pub enum Cmd {
     /// Client went away. vLLM: `AsyncLLM.abort` (no finished stats are recorded).
     Abort(u64),
     Shutdown,
+    /// Test-only fault (`/twin/faults {"kill_engine": true}`, `--enable-faults`): the engine
+    /// thread panics, as a bug in EngineCore would kill vLLM's engine process.
+    InjectPanic,
 }
 
 /// Why a request ended, in the OpenAI response's terms.
@@ -304,6 +307,7 @@ impl EngineLoop {
                 }
             }
             Cmd::Submit(s) => self.submit(*s),
+            Cmd::InjectPanic => panic!("vllm-twin injected fault: kill_engine"),
         }
     }
 

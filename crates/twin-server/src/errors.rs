@@ -84,6 +84,12 @@ impl ApiError {
         )
     }
 
+    /// An `HTTPException` → its status, typed by the status phrase.
+    /// vLLM: `handlers/http.py` (`http_exception_handler`).
+    fn http(status: StatusCode, phrase: &str, message: String) -> Self {
+        Self::new(status, phrase, message, None)
+    }
+
     /// A `VLLMServerError` → 500 `InternalServerError`.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
@@ -92,6 +98,11 @@ impl ApiError {
             message.into(),
             None,
         )
+    }
+
+    /// `EngineDeadError` → 500 with its client message. vLLM: `create_error_response`.
+    pub fn engine_dead() -> Self {
+        Self::internal("The server had an error while processing your request.")
     }
 
     /// The JSON body (also sent as an SSE `data:` frame when a stream fails mid-way).
@@ -127,6 +138,25 @@ pub fn unauthorized() -> Response {
 /// FastAPI's 404 / 405 bodies.
 pub fn detail(status: StatusCode, detail: &str) -> Response {
     json_response(status, serde_json::json!({ "detail": detail }).to_string())
+}
+
+/// A body that is not `application/json`: vLLM's `validate_json_request` raises a
+/// `RequestValidationError` with this one error, rendered by `validation_exception_handler`.
+pub fn unsupported_media_type() -> ApiError {
+    ApiError::validation(
+        "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+        None,
+    )
+}
+
+/// A body over `--max-request-body-bytes` (the twin's bound; uvicorn has none): 413, typed by
+/// the status phrase as vLLM types an `HTTPException`.
+pub fn body_too_large() -> ApiError {
+    ApiError::http(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "Request Entity Too Large",
+        "The request body is larger than the server accepts (--max-request-body-bytes).".into(),
+    )
 }
 
 /// Render a serde error like pydantic's one-error summary: `1 validation error:\n  {...}`.

@@ -8,8 +8,9 @@
 //! vLLM's exposition (twin-metrics); a second listener serves dcgm-exporter's GPU families
 //! from the cost model's per-step utilisation. See docs/serve.md.
 //!
-//! Modules: [`api`] (wire types), [`routes`] (HTTP handlers), [`engine`] (the engine thread),
-//! [`runner`] (deterministic model runner), [`tokenizer`] (offline BPE + chat template),
+//! Modules: [`api`] (wire types), [`routes`] (HTTP handlers, one module per endpoint family),
+//! [`engine`] (the engine thread), [`liveness`] (its death), [`runner`] (deterministic model runner), [`sampling`]
+//! (vLLM's sampling-parameter checks), [`tokenizer`] (offline linear-time BPE + chat template),
 //! [`sse`] (stream framing), [`errors`] (vLLM error bodies), [`metrics`] (twin-metrics
 //! adapter), [`dcgm`] (GPU exporter), [`server`] (start-up and shutdown), [`bench`] (load
 //! generator), [`cli`] (entry points).
@@ -21,9 +22,11 @@ pub mod cli;
 pub mod dcgm;
 pub mod engine;
 pub mod errors;
+pub mod liveness;
 pub mod metrics;
 pub mod routes;
 pub mod runner;
+pub mod sampling;
 pub mod server;
 pub mod sse;
 pub mod tokenizer;

@@ -14,12 +14,16 @@ use twin_engine::EngineCore;
 use twin_sim::engine_args::SimulateArgs;
 use twin_sim::{SimError, Startup};
 
+use twin_http::{ConnectionLimits, Overflow};
+
 use crate::dcgm::Dcgm;
 use crate::engine::{EngineClock, EngineCounters, EngineLoop, EngineParts};
+use crate::errors::ApiError;
+use crate::liveness::EngineLiveness;
 use crate::metrics::ServerMetrics;
-use crate::routes::{self, AppState, ServeOptions};
+use crate::routes::{self, AppState, AppStateParts, ServeOptions};
 use crate::runner::{FillerRunner, FillerRunnerExt};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// Everything `vllm-twin serve` was asked to do.
 #[derive(Clone, Debug)]
@@ -34,7 +38,12 @@ pub struct ServeConfig {
     pub fail_rate: f64,
     pub slow_start_s: f64,
     pub echo: bool,
+    /// Serve `/twin/*` (fault injection); off, those routes are 404.
+    pub enable_faults: bool,
     pub max_body_bytes: usize,
+    /// The listener's bounds (`--max-connections`, `--header-read-timeout`,
+    /// `--shutdown-grace`).
+    pub connection_limits: ConnectionLimits,
     pub max_num_queued_reqs: Option<usize>,
     pub max_num_queued_tokens: Option<usize>,
     pub enable_force_include_usage: bool,
@@ -43,18 +52,38 @@ pub struct ServeConfig {
 }
 
 /// Why the server did not start.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// vLLM itself would refuse (e.g. max_model_len does not fit): exit code 1.
+    /// vLLM itself would refuse (e.g. max_model_len does not fit), with vLLM's message.
+    #[error("{0}")]
     Refused(String),
-    /// Bad configuration or a port that cannot be bound: exit code 2.
-    Config(String),
+    /// A configuration the simulator's start-up or the cost model refuses.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error(transparent)]
+    Cost(#[from] twin_cost::CostError),
+    /// The scheduler's configuration check (names vLLM's field).
+    #[error(transparent)]
+    Engine(#[from] twin_engine::ConfigError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error("{flag} {port}: cannot bind {host}:{port}: {source}")]
+    Bind {
+        flag: &'static str,
+        host: String,
+        port: u16,
+        source: std::io::Error,
+    },
+    #[error("cannot start the engine thread: {0}")]
+    EngineThread(std::io::Error),
 }
 
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl StartError {
+    /// 1 where vLLM itself would refuse to start, 2 for the twin's own configuration errors.
+    pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Refused(m) | StartError::Config(m) => f.write_str(m),
+            StartError::Refused(_) => 1,
+            _ => 2,
         }
     }
 }
@@ -88,19 +117,47 @@ impl Running {
     }
 }
 
+async fn bind(flag: &'static str, host: &str, port: u16) -> Result<TcpListener, StartError> {
+    TcpListener::bind(format!("{host}:{port}"))
+        .await
+        .map_err(|source| StartError::Bind {
+            flag,
+            host: host.to_string(),
+            port,
+            source,
+        })
+}
+
+/// Refusals past `--max-connections` open at once; each lives at most one header-read timeout,
+/// so a flood past the cap holds at most this many more sockets (the rest wait in the backlog).
+pub const MAX_OPEN_REFUSALS: usize = 256;
+
+/// The DCGM exporter's listener: a Prometheus server or two scrape it.
+pub const MAX_DCGM_CONNECTIONS: usize = 64;
+
+/// What a client past `--max-connections` gets: 503 in vLLM's error shape, then the connection
+/// closes (uvicorn's `--limit-concurrency` answers 503 too).
+fn refusal_router(max_connections: usize) -> axum::Router {
+    let message = format!(
+        "The server is at its connection limit (--max-connections {max_connections}). Please try again later or on a different instance."
+    );
+    axum::Router::new().fallback(move || {
+        let e = ApiError::unavailable(&message);
+        async move { e }
+    })
+}
+
 /// Plan memory, build the engine, bind the listeners and start serving.
 pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
     let startup = match twin_sim::startup(&cfg.sim.config) {
         Ok(s) => s,
         Err(SimError::Cost(e)) => return Err(StartError::Refused(e.vllm_message())),
-        Err(e) => return Err(StartError::Config(e.to_string())),
+        Err(e) => return Err(e.into()),
     };
     let m = &cfg.sim.config;
-    let cost = CostModel::from_plan(&m.model, &m.gpu, &startup.plan)
-        .map_err(|e| StartError::Config(e.to_string()))?;
-    let core = EngineCore::new(startup.scheduler.clone())
-        .map_err(|e| StartError::Config(format!("{}: {}", e.field, e.message)))?;
-    let tokenizer = Arc::new(Tokenizer::new().map_err(StartError::Config)?);
+    let cost = CostModel::from_plan(&m.model, &m.gpu, &startup.plan)?;
+    let core = EngineCore::new(startup.scheduler.clone())?;
+    let tokenizer = Arc::new(Tokenizer::new()?);
     let mut runner = FillerRunner::new(m.seed);
     if let Some(s) = &startup.plan.config.speculative {
         runner.acceptance_per_position = (0..s.num_speculative_tokens as usize)
@@ -138,6 +195,7 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
         scale: cfg.time_scale,
     };
     let counters = Arc::new(EngineCounters::default());
+    let liveness = Arc::new(EngineLiveness::default());
     let lateness = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel();
     let engine = EngineLoop::new(EngineParts {
@@ -167,67 +225,65 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
             Box::leak(cfg.response_role.clone().into_boxed_str())
         },
         echo: cfg.echo,
+        enable_faults: cfg.enable_faults,
         output_len: m.workload.output_len.clone(),
         max_body_bytes: cfg.max_body_bytes,
     };
-    let state = Arc::new(AppState::new(
+    let state = Arc::new(AppState::new(AppStateParts {
         opts,
-        tx,
+        engine: tx,
         tokenizer,
         clock,
         metrics,
-        dcgm.clone(),
+        dcgm: dcgm.clone(),
         counters,
-        ChaCha8Rng::seed_from_u64(m.seed ^ 0x5e27e),
-    ));
+        liveness: liveness.clone(),
+        rng: ChaCha8Rng::seed_from_u64(m.seed ^ 0x5e27e),
+    }));
     state.faults.fail_rate_ppm.store(
         (cfg.fail_rate * 1e6).round() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
-    let bind = |host: &str, port: u16| format!("{host}:{port}");
-    let listener = TcpListener::bind(bind(&cfg.host, cfg.port))
-        .await
-        .map_err(|e| {
-            StartError::Config(format!(
-                "--port {}: cannot bind {}:{}: {e}",
-                cfg.port, cfg.host, cfg.port
-            ))
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| StartError::Config(e.to_string()))?;
+    let listener = bind("--port", &cfg.host, cfg.port).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        flag: "--port",
+        host: cfg.host.clone(),
+        port: cfg.port,
+        source,
+    })?;
     let dcgm_listener = match cfg.dcgm_port {
-        Some(p) => Some(
-            TcpListener::bind(bind(&cfg.host, p))
-                .await
-                .map_err(|e| StartError::Config(format!("--dcgm-port {p}: cannot bind: {e}")))?,
-        ),
+        Some(p) => Some(bind("--dcgm-port", &cfg.host, p).await?),
         None => None,
     };
     let dcgm_addr = dcgm_listener.as_ref().and_then(|l| l.local_addr().ok());
     let engine_thread = std::thread::Builder::new()
         .name("twin-engine".into())
-        .spawn(move || engine.run(rx))
-        .map_err(|e| StartError::Config(format!("cannot start the engine thread: {e}")))?;
+        .spawn(move || liveness.supervise(move || engine.run(rx)))
+        .map_err(StartError::EngineThread)?;
     let (stx, srx) = oneshot::channel::<()>();
     let app = routes::router(state.clone());
     let dcgm_app = routes::dcgm_router(dcgm);
+    let limits = cfg.connection_limits;
+    let refusal = refusal_router(limits.max_connections);
     let http = tokio::spawn(async move {
         let (d_stop_tx, d_stop_rx) = oneshot::channel::<()>();
         let dcgm_task = dcgm_listener.map(|l| {
-            tokio::spawn(async move {
-                let _ = axum::serve(l, dcgm_app)
-                    .with_graceful_shutdown(async {
-                        let _ = d_stop_rx.await;
-                    })
-                    .await;
-            })
+            let dcgm_limits = ConnectionLimits {
+                max_connections: MAX_DCGM_CONNECTIONS,
+                ..limits
+            };
+            tokio::spawn(twin_http::serve(l, dcgm_app, dcgm_limits, async {
+                let _ = d_stop_rx.await;
+            }))
         });
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = srx.await;
-            })
-            .await;
+        let overflow = Overflow::Refuse {
+            app: refusal,
+            max_open: MAX_OPEN_REFUSALS,
+        };
+        let _ = twin_http::serve_with_overflow(listener, app, limits, overflow, async {
+            let _ = srx.await;
+        })
+        .await;
         let _ = d_stop_tx.send(());
         if let Some(t) = dcgm_task {
             let _ = t.await;

@@ -34,17 +34,32 @@ pub fn stop_reason_json(f: &Finish) -> Option<Value> {
     }
 }
 
-/// Which stream, with its usage options. vLLM: `should_include_usage`.
+/// What every chunk (and the non-streaming response) of one request repeats.
+/// vLLM: the `id`, `object`, `created` and `model` fields of the response types.
 #[derive(Clone, Debug)]
-pub struct StreamState {
+pub struct ResponseIdentity {
+    /// `/v1/chat/completions` (else `/v1/completions`).
     pub chat: bool,
     pub id: String,
     pub created: u64,
     pub model: String,
-    pub role: &'static str,
+}
+
+/// Which usage a stream reports. vLLM: `should_include_usage` and
+/// `--enable-prompt-tokens-details`.
+#[derive(Clone, Copy, Debug)]
+pub struct UsageOptions {
     pub include_usage: bool,
     pub continuous_usage: bool,
     pub prompt_tokens_details: bool,
+}
+
+/// One stream's framing state.
+#[derive(Clone, Debug)]
+pub struct StreamState {
+    pub resp: ResponseIdentity,
+    pub role: &'static str,
+    pub usage: UsageOptions,
     pub num_prompt_tokens: usize,
     pub num_output_tokens: usize,
     pub num_cached_tokens: usize,
@@ -52,27 +67,16 @@ pub struct StreamState {
 }
 
 impl StreamState {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        chat: bool,
-        id: String,
-        created: u64,
-        model: String,
+        resp: ResponseIdentity,
         role: &'static str,
-        include_usage: bool,
-        continuous_usage: bool,
-        prompt_tokens_details: bool,
+        usage: UsageOptions,
         num_prompt_tokens: usize,
     ) -> Self {
         StreamState {
-            chat,
-            id,
-            created,
-            model,
+            resp,
             role,
-            include_usage,
-            continuous_usage,
-            prompt_tokens_details,
+            usage,
             num_prompt_tokens,
             num_output_tokens: 0,
             num_cached_tokens: 0,
@@ -84,13 +88,13 @@ impl StreamState {
         let mut u = Usage::new(
             self.num_prompt_tokens,
             self.num_output_tokens,
-            if self.chat {
+            if self.resp.chat {
                 Nullable::Null
             } else {
                 Nullable::Skip
             },
         );
-        if with_details && self.prompt_tokens_details {
+        if with_details && self.usage.prompt_tokens_details {
             u.prompt_tokens_details = Some(PromptTokensDetails {
                 cached_tokens: self.num_cached_tokens,
             });
@@ -101,14 +105,14 @@ impl StreamState {
     /// The frames one engine output produces (the chat role chunk comes with the first).
     pub fn on_event(&mut self, ev: &Event, out: &mut Vec<Bytes>) {
         self.num_cached_tokens = ev.num_cached_tokens;
-        if self.chat && self.first {
+        if self.resp.chat && self.first {
             self.first = false;
             // vLLM sends the role only once the first output exists.
             let chunk = ChatChunk {
-                id: &self.id,
+                id: &self.resp.id,
                 object: "chat.completion.chunk",
-                created: self.created,
-                model: &self.model,
+                created: self.resp.created,
+                model: &self.resp.model,
                 choices: vec![ChatStreamChoice {
                     index: 0,
                     delta: Delta {
@@ -121,7 +125,7 @@ impl StreamState {
                     token_ids: Nullable::Skip,
                     weight_versions: Nullable::Skip,
                 }],
-                usage: self.continuous_usage.then(|| self.usage_now(true)),
+                usage: self.usage.continuous_usage.then(|| self.usage_now(true)),
                 prompt_token_ids: Nullable::Null,
                 prompt_text: Nullable::Null,
                 kv_transfer_params: Nullable::Skip,
@@ -135,13 +139,13 @@ impl StreamState {
         }
         let finish_reason = ev.finish.as_ref().map(|f| f.reason.to_string());
         let stop_reason = ev.finish.as_ref().map(stop_reason_json);
-        let mut usage = self.continuous_usage.then(|| self.usage_now(false));
-        if self.chat {
+        let mut usage = self.usage.continuous_usage.then(|| self.usage_now(false));
+        if self.resp.chat {
             let chunk = ChatChunk {
-                id: &self.id,
+                id: &self.resp.id,
                 object: "chat.completion.chunk",
-                created: self.created,
-                model: &self.model,
+                created: self.resp.created,
+                model: &self.resp.model,
                 choices: vec![ChatStreamChoice {
                     index: 0,
                     delta: Delta {
@@ -166,10 +170,10 @@ impl StreamState {
             out.push(frame(&chunk));
         } else {
             let chunk = CompletionChunk {
-                id: &self.id,
+                id: &self.resp.id,
                 object: "text_completion",
-                created: self.created,
-                model: &self.model,
+                created: self.resp.created,
+                model: &self.resp.model,
                 choices: vec![CompletionStreamChoice {
                     index: 0,
                     text: ev.text.clone(),
@@ -189,19 +193,19 @@ impl StreamState {
 
     /// After the last output: the usage chunk (when asked for) and `[DONE]`.
     pub fn on_end(&mut self, out: &mut Vec<Bytes>) {
-        if self.include_usage {
+        if self.usage.include_usage {
             let mut usage = self.usage_now(true);
             // The trailing chunk is dumped with exclude_none: no null details.
             usage.completion_tokens_details = Nullable::Skip;
             let chunk = UsageChunk {
-                id: &self.id,
-                object: if self.chat {
+                id: &self.resp.id,
+                object: if self.resp.chat {
                     "chat.completion.chunk"
                 } else {
                     "text_completion"
                 },
-                created: self.created,
-                model: &self.model,
+                created: self.resp.created,
+                model: &self.resp.model,
                 choices: [],
                 usage,
             };

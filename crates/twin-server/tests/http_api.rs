@@ -357,9 +357,13 @@ async fn errors_have_vllm_shapes_and_the_server_stays_up() {
     );
     let r = c.get(format!("{url}/v1/completions")).send().await.unwrap();
     assert_eq!(r.status(), 405);
-    // Body too large
+    // Body too large: vLLM's error shape, typed by the status phrase
     let r = post("/v1/completions", "x".repeat(30_000)).await.unwrap();
     assert_eq!(r.status(), 413);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], 413, "{v}");
+    assert_eq!(v["error"]["type"], "Request Entity Too Large", "{v}");
     // Still serving
     let r = post(
         "/v1/completions",
@@ -471,7 +475,7 @@ async fn admission_limit_rejects_with_503_and_counts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_toggle_and_fail_rate() {
-    let srv = serve("--fail-rate 1 --dcgm-port 0").await;
+    let srv = serve("--fail-rate 1 --dcgm-port 0 --enable-faults").await;
     let url = base(&srv);
     let c = reqwest::Client::new();
     let r = c
@@ -492,7 +496,10 @@ async fn fault_toggle_and_fail_rate() {
         .json()
         .await
         .unwrap();
-    assert_eq!(v, json!({"fail_rate": 0.0, "unhealthy": true}));
+    assert_eq!(
+        v,
+        json!({"fail_rate": 0.0, "unhealthy": true, "engine_dead": null})
+    );
     assert_eq!(
         c.get(format!("{url}/health"))
             .send()
@@ -540,6 +547,405 @@ async fn too_long_max_model_len_refuses_to_start() {
         Ok(_) => panic!("started"),
     }
     let argv: Vec<String> = vec!["--max-num-batched-token".into(), "8".into()];
-    let e = twin_server::parse_serve_args(&argv).unwrap_err();
+    let e = twin_server::parse_serve_args(&argv)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("did you mean --max-num-batched-tokens"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_names_the_flag_and_exits_2() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    for (line, flag) in [
+        (format!("--port {port} --dcgm-port 0"), "--port"),
+        (format!("--port 0 --dcgm-port {port}"), "--dcgm-port"),
+    ] {
+        let argv: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+        let cfg = twin_server::parse_serve_args(&argv).unwrap();
+        let e = match twin_server::start(&cfg).await {
+            Err(e) => e,
+            Ok(_) => panic!("started on a port in use"),
+        };
+        assert_eq!(e.exit_code(), 2);
+        let m = e.to_string();
+        assert!(
+            m.starts_with(&format!("{flag} {port}: cannot bind 127.0.0.1:{port}: ")),
+            "{m}"
+        );
+    }
+}
+
+/// Every body rejection (media type, size, syntax, shape) is vLLM's JSON error, never text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_rejections_are_vllm_json_errors() {
+    let srv = serve("--dcgm-port 0 --max-request-body-bytes 4096").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let media = json!({"error": {
+        "message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+        "type": "Bad Request", "param": null, "code": 400}});
+    let body = json!({"prompt": "x", "max_tokens": 2}).to_string();
+    for path in [
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/tokenize",
+        "/detokenize",
+    ] {
+        for ct in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let mut rq = c.post(format!("{url}{path}")).body(body.clone());
+            if let Some(ct) = ct {
+                rq = rq.header("content-type", ct);
+            }
+            let r = rq.send().await.unwrap();
+            assert_eq!(r.status(), 400, "{path} {ct:?}");
+            assert_eq!(r.headers()["content-type"], "application/json");
+            assert_eq!(r.json::<Value>().await.unwrap(), media, "{path} {ct:?}");
+        }
+    }
+    // A charset parameter is fine, as in vLLM.
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let post = |path: &'static str, body: String| {
+        c.post(format!("{url}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for (path, bad) in [
+        ("/v1/completions", "{\"prompt\": ".to_string()),
+        ("/v1/completions", "[1, 2]".to_string()),
+        ("/v1/chat/completions", "{\"model\": 3}".to_string()),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "max_tokens": "many"}).to_string(),
+        ),
+        ("/tokenize", "{}".to_string()),
+        ("/detokenize", json!({"tokens": "x"}).to_string()),
+    ] {
+        let r = post(path, bad.clone()).await.unwrap();
+        assert_eq!(r.status(), 400, "{path} {bad}");
+        assert_eq!(r.headers()["content-type"], "application/json");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], 400, "{v}");
+        assert_eq!(v["error"]["type"], "Bad Request", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("1 validation error"),
+            "{v}"
+        );
+    }
+    // Over the limit, whether or not the client announced the length.
+    let r = post(
+        "/v1/completions",
+        format!("{{\"prompt\": \"{}\"}}", "x".repeat(8000)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 413);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "Request Entity Too Large", "{v}");
+    let chunks: Vec<Result<String, std::io::Error>> =
+        (0..10).map(|_| Ok("x".repeat(1000))).collect();
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], 413);
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A prompt is bounded in characters before it is tokenized (vLLM's `_text_len_check`), then
+/// tokenized only to max_model_len + 1 tokens; a long prompt without spaces (one
+/// pre-tokenizer piece, quadratic in tiktoken) is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_prompts_are_bounded_before_tokenizing() {
+    let srv = serve("--max-model-len 2048 --dcgm-port 0").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let post = |path: &'static str, body: Value| c.post(format!("{url}{path}")).json(&body).send();
+    // 2048 tokens × 128 characters (cl100k's longest token) is the bound.
+    assert_eq!(srv.state.max_prompt_chars(), 2048 * 128);
+    let over = "a".repeat(2048 * 128 + 1);
+    let msg = format!(
+        "This model's maximum context length is 2048 tokens. However, your prompt contains {} \
+         characters (more than {} characters, which is the upper bound for 2048 input tokens). \
+         Please reduce the length of the input prompt.",
+        2048 * 128 + 1,
+        2048 * 128
+    );
+    let expected = json!({"error": {"message": msg, "type": "BadRequestError",
+                                    "param": "input_text", "code": 400}});
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": over})),
+        ("/v1/completions", json!({"prompt": [over]})),
+        ("/tokenize", json!({"prompt": over})),
+    ] {
+        let r = post(path, body).await.unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        assert_eq!(r.json::<Value>().await.unwrap(), expected, "{path}");
+    }
+    // A chat is measured as its rendered template: <|begin_of_text|> (17), the user turn's
+    // header, "\n\n" and <|eot_id|> (19 + 4 + 17 + 2 + 10) and the generation prompt (19 + 9
+    // + 17 + 2): 116 characters around the content.
+    let content = "b".repeat(2048 * 128 - 116 + 1);
+    let msgs = json!([{"role": "user", "content": content}]);
+    for path in ["/v1/chat/completions", "/tokenize"] {
+        let r = post(path, json!({"messages": msgs})).await.unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], "input_text", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("contains {} characters", 2048 * 128 + 1)),
+            "{v}"
+        );
+    }
+    // Within the character bound but over max_model_len tokens: tokenized to 2049 tokens only,
+    // and vLLM's "at least".
+    let words = "word ".repeat(3000);
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": words})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": words}]}),
+        ),
+    ] {
+        let r = post(path, body).await.unwrap();
+        assert_eq!(r.status(), 400);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], "input_tokens", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().starts_with(
+                "This model's maximum context length is 2048 tokens. However, your prompt \
+                 contains at least 2049 input tokens"
+            ),
+            "{v}"
+        );
+    }
+    // /tokenize has no token bound (as in vLLM), only the character one.
+    let v: Value = post("/tokenize", json!({"prompt": words}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // BOS, "word", 2,999 × " word", and the trailing space.
+    assert_eq!(v["count"], 3002);
+    srv.shutdown(Duration::from_secs(5)).await;
+
+    // 80 KB of letters without a space: one piece, served whole.
+    let srv = serve("--max-model-len 65536 --dcgm-port 0").await;
+    let url = base(&srv);
+    let mut x: u64 = 7;
+    let letters: String = (0..80_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (b'a' + (x % 26) as u8) as char
+        })
+        .collect();
+    let count = c
+        .post(format!("{url}/tokenize"))
+        .json(&json!({"prompt": letters}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["count"]
+        .as_u64()
+        .unwrap();
+    assert!(count > 20_000, "{count}");
+    let v: Value = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": letters, "max_tokens": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["usage"]["prompt_tokens"], count, "{v}");
+    srv.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The engine thread's death (injected: `kill_engine`) shows as vLLM shows an
+/// `EngineDeadError`: /health 503, generation requests 500, in-flight streams end with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_engine_fails_health_and_requests() {
+    let srv = serve("--dcgm-port 0 --time-scale 0.05 --enable-faults").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let health = || async {
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(health().await, 200);
+    // In flight when the engine dies (slow motion: 50 tokens take seconds).
+    let mut stream = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 50, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let first = stream.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: {"), "{first:?}");
+    let v: Value = c
+        .post(format!("{url}/twin/faults"))
+        .json(&json!({"kill_engine": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["engine_dead"],
+        "the engine thread panicked: vllm-twin injected fault: kill_engine"
+    );
+    assert_eq!(health().await, 503);
+    assert_eq!(
+        c.get(format!("{url}/ping")).send().await.unwrap().status(),
+        503
+    );
+    let mut rest = Vec::new();
+    while let Some(b) = stream.chunk().await.unwrap() {
+        rest.extend_from_slice(&b);
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("InternalServerError"), "{rest}");
+    assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
+    let r = c
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "Hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"error": {"message": "The server had an error while processing your request.",
+                         "type": "InternalServerError", "param": null, "code": 500}})
+    );
+    // A graceful stop is not a death.
+    srv.shutdown(Duration::from_secs(5)).await;
+    let srv = serve("--dcgm-port 0").await;
+    let state = srv.state.clone();
+    srv.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(state.liveness.dead(), None);
+}
+
+/// `/twin/*` can fail every request and kill the engine: it is off (404) unless
+/// `--enable-faults`, needs the API key when one is set, and takes JSON only, so a cross-site
+/// form post (text/plain, no preflight) cannot reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twin_controls_are_opt_in_authenticated_and_json_only() {
+    let c = reqwest::Client::new();
+    let srv = serve("--dcgm-port 0").await;
+    let url = base(&srv);
+    for r in [
+        c.get(format!("{url}/twin/faults")).send().await.unwrap(),
+        c.post(format!("{url}/twin/faults"))
+            .json(&json!({"kill_engine": true}))
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert_eq!(r.status(), 404);
+        assert_eq!(
+            r.json::<Value>().await.unwrap(),
+            json!({"detail": "Not Found"})
+        );
+    }
+    assert_eq!(srv.state.liveness.dead(), None);
+    srv.shutdown(Duration::from_secs(5)).await;
+
+    let srv = serve("--dcgm-port 0 --enable-faults --api-key sekrit").await;
+    let url = base(&srv);
+    let faults = format!("{url}/twin/faults");
+    let r = c.get(&faults).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"error": "Unauthorized"})
+    );
+    let r = c
+        .post(&faults)
+        .bearer_auth("wrong")
+        .json(&json!({"unhealthy": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // What an HTML form on another origin can send without a CORS preflight.
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ] {
+        let r = c
+            .post(&faults)
+            .bearer_auth("sekrit")
+            .header("content-type", ct)
+            .body(r#"{"unhealthy": true}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{ct}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "Bad Request", "{v}");
+    }
+    let v: Value = c
+        .get(&faults)
+        .bearer_auth("sekrit")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["unhealthy"], false, "{v}");
+    let r = c
+        .post(&faults)
+        .bearer_auth("sekrit")
+        .json(&json!({"unhealthy": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        c.get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    srv.shutdown(Duration::from_secs(5)).await;
 }
