@@ -60,7 +60,12 @@ fn config_strategy() -> impl Strategy<Value = SchedulerConfig> {
                     } else {
                         Some(1 + (active as usize - 1) % seqs)
                     },
-                    long_prefill_token_threshold: thr.min(mml),
+                    // vLLM 0.34 asserts when a spec-decode admission pads past the threshold,
+                    // so a set threshold is at least 1 + k (validated at start-up).
+                    long_prefill_token_threshold: match thr.min(mml) {
+                        0 => 0,
+                        t => t.max(1 + k),
+                    },
                     long_prefill_token_threshold_adaptive: thr % 2 == 1,
                     enable_prefix_caching: caching,
                     enable_chunked_prefill: chunked,

@@ -2,9 +2,7 @@
 //! step's duration from the cost model. vLLM's latency intervals are computed the way
 //! `vllm/v1/metrics/stats.py` computes them (see [`RequestTimes`]).
 
-use twin_cost::{
-    gpu, BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod,
-};
+use twin_cost::{BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod};
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
 use twin_engine::{EngineCore, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy};
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
@@ -66,24 +64,6 @@ pub struct SimConfig {
     /// Let plain decodes coast (`Scheduler::enable_coasting`): the same steps, batches and
     /// blocks, without visiting every decode every step. Off only to check that claim.
     pub coast_decodes: bool,
-}
-
-impl SimConfig {
-    /// Llama-3.1-8B-Instruct on one H100 SXM at vLLM 0.34 defaults.
-    pub fn default_engine(workload: WorkloadSpec) -> Result<Self, SimError> {
-        Ok(SimConfig {
-            model: twin_cost::model::lookup("meta-llama/Llama-3.1-8B-Instruct")?,
-            gpu: gpu::lookup("h100-sxm")?.clone(),
-            serve: ServeConfig::default(),
-            knobs: SchedulerKnobs::default(),
-            data_parallel_size: 1,
-            workload,
-            seed: 0,
-            kv_cache_metrics_sample: None,
-            enable_mfu_metrics: false,
-            coast_decodes: true,
-        })
-    }
 }
 
 /// What start-up produced: the plan and the scheduler configuration derived from it.
