@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(trace_reader scenario_reader metrics_parser hf_config_reader vllm_flags)
+[ ${#targets[@]} -gt 0 ] || targets=(trace_reader scenario_reader metrics_parser hf_config_reader vllm_flags http_body)
 shared=../../shared
 
 seed() { # seed TARGET FILE [MAX_LINES]
@@ -29,6 +29,7 @@ for f in "$shared"/reference/scrapes/*.prom "$shared"/reference/golden/*.prom "$
 done
 for f in seeds/hf_config_reader/*.json; do seed hf_config_reader "$f"; done
 for f in seeds/vllm_flags/*.txt; do seed vllm_flags "$f"; done
+for f in seeds/http_body/*.bin; do seed http_body "$f"; done
 
 export RUSTC_BOOTSTRAP=1
 for t in "${targets[@]}"; do
@@ -37,7 +38,14 @@ for t in "${targets[@]}"; do
   max_len=65536
   # Expositions are long; past a few KB a mutation explores nothing the parser has not seen.
   [ "$t" = metrics_parser ] && max_len=8192
+  log=$(mktemp)
+  status=0
   cargo fuzz run --sanitizer none -O "$t" corpus/"$t" -- \
-    -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 2>&1 |
-    grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==|INFO: Seed)|panicked|ERROR|SUMMARY|Test unit written" || true
+    -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || status=$?
+  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==|INFO: Seed)|panicked|ERROR|SUMMARY|Test unit written|^error" "$log" || true
+  if [ "$status" -ne 0 ]; then
+    tail -40 "$log"
+    echo "fuzz/run.sh: $t failed (exit $status); the input is in fuzz/artifacts/$t/" >&2
+    exit "$status"
+  fi
 done

@@ -247,39 +247,43 @@ struct Entry {
     build: fn() -> ModelSpec,
 }
 
-// Catalog rows read best as one positional call per model.
-#[allow(clippy::too_many_arguments)]
-fn dense(
-    name: &str,
-    model_type: &str,
-    layers: u32,
-    h: u64,
-    heads: u64,
-    kv: u64,
-    inter: u64,
-    vocab: u64,
-    max_pos: u64,
-) -> ModelSpec {
-    ModelSpec {
-        name: name.to_string(),
-        model_type: model_type.to_string(),
-        num_layers: layers,
-        hidden_size: h,
-        num_attention_heads: heads,
-        num_kv_heads: kv,
-        head_dim: 128,
-        intermediate_size: inter,
-        vocab_size: vocab,
-        max_position_embeddings: max_pos,
-        tie_word_embeddings: false,
-        attention_bias: false,
-        attention: Attention::Gqa,
-        moe: None,
-        sliding_window: None,
-        sliding_layers: Vec::new(),
-        weight_format: WeightFormat::Bf16,
-        expert_weight_format: WeightFormat::Bf16,
-        num_mtp_layers: 0,
+/// A catalog row: the config.json fields that differ between dense Llama-style models (the
+/// rest are Llama's: GQA, head_dim 128, untied bf16 weights).
+struct DenseRow<'a> {
+    name: &'a str,
+    model_type: &'a str,
+    num_layers: u32,
+    hidden_size: u64,
+    num_attention_heads: u64,
+    num_kv_heads: u64,
+    intermediate_size: u64,
+    vocab_size: u64,
+    max_position_embeddings: u64,
+}
+
+impl DenseRow<'_> {
+    fn spec(&self) -> ModelSpec {
+        ModelSpec {
+            name: self.name.to_string(),
+            model_type: self.model_type.to_string(),
+            num_layers: self.num_layers,
+            hidden_size: self.hidden_size,
+            num_attention_heads: self.num_attention_heads,
+            num_kv_heads: self.num_kv_heads,
+            head_dim: 128,
+            intermediate_size: self.intermediate_size,
+            vocab_size: self.vocab_size,
+            max_position_embeddings: self.max_position_embeddings,
+            tie_word_embeddings: false,
+            attention_bias: false,
+            attention: Attention::Gqa,
+            moe: None,
+            sliding_window: None,
+            sliding_layers: Vec::new(),
+            weight_format: WeightFormat::Bf16,
+            expert_weight_format: WeightFormat::Bf16,
+            num_mtp_layers: 0,
+        }
     }
 }
 
@@ -296,7 +300,18 @@ fn moe(experts: u64, top_k: u64, expert_inter: u64) -> Option<MoeSpec> {
 }
 
 fn gpt_oss(name: &str, layers: u32, experts: u64) -> ModelSpec {
-    let mut m = dense(name, "gpt_oss", layers, 2880, 64, 8, 2880, 201_088, 131_072);
+    let mut m = DenseRow {
+        name,
+        model_type: "gpt_oss",
+        num_layers: layers,
+        hidden_size: 2880,
+        num_attention_heads: 64,
+        num_kv_heads: 8,
+        intermediate_size: 2880,
+        vocab_size: 201_088,
+        max_position_embeddings: 131_072,
+    }
+    .spec();
     m.head_dim = 64;
     m.attention_bias = true;
     m.moe = Some(MoeSpec {
@@ -322,17 +337,18 @@ static CATALOG: &[Entry] = &[
             "llama-8b",
         ],
         build: || {
-            dense(
-                "meta-llama/Llama-3.1-8B-Instruct",
-                "llama",
-                32,
-                4096,
-                32,
-                8,
-                14336,
-                128_256,
-                131_072,
-            )
+            DenseRow {
+                name: "meta-llama/Llama-3.1-8B-Instruct",
+                model_type: "llama",
+                num_layers: 32,
+                hidden_size: 4096,
+                num_attention_heads: 32,
+                num_kv_heads: 8,
+                intermediate_size: 14336,
+                vocab_size: 128_256,
+                max_position_embeddings: 131_072,
+            }
+            .spec()
         },
     },
     Entry {
@@ -347,65 +363,69 @@ static CATALOG: &[Entry] = &[
             "llama-70b",
         ],
         build: || {
-            dense(
-                "meta-llama/Llama-3.1-70B-Instruct",
-                "llama",
-                80,
-                8192,
-                64,
-                8,
-                28672,
-                128_256,
-                131_072,
-            )
+            DenseRow {
+                name: "meta-llama/Llama-3.1-70B-Instruct",
+                model_type: "llama",
+                num_layers: 80,
+                hidden_size: 8192,
+                num_attention_heads: 64,
+                num_kv_heads: 8,
+                intermediate_size: 28672,
+                vocab_size: 128_256,
+                max_position_embeddings: 131_072,
+            }
+            .spec()
         },
     },
     Entry {
         aliases: &["Qwen/Qwen3-8B", "qwen3-8b"],
         build: || {
-            dense(
-                "Qwen/Qwen3-8B",
-                "qwen3",
-                36,
-                4096,
-                32,
-                8,
-                12288,
-                151_936,
-                40_960,
-            )
+            DenseRow {
+                name: "Qwen/Qwen3-8B",
+                model_type: "qwen3",
+                num_layers: 36,
+                hidden_size: 4096,
+                num_attention_heads: 32,
+                num_kv_heads: 8,
+                intermediate_size: 12288,
+                vocab_size: 151_936,
+                max_position_embeddings: 40_960,
+            }
+            .spec()
         },
     },
     Entry {
         aliases: &["Qwen/Qwen3-32B", "qwen3-32b"],
         build: || {
-            dense(
-                "Qwen/Qwen3-32B",
-                "qwen3",
-                64,
-                5120,
-                64,
-                8,
-                25600,
-                151_936,
-                40_960,
-            )
+            DenseRow {
+                name: "Qwen/Qwen3-32B",
+                model_type: "qwen3",
+                num_layers: 64,
+                hidden_size: 5120,
+                num_attention_heads: 64,
+                num_kv_heads: 8,
+                intermediate_size: 25600,
+                vocab_size: 151_936,
+                max_position_embeddings: 40_960,
+            }
+            .spec()
         },
     },
     Entry {
         aliases: &["Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", "qwen3-30b"],
         build: || {
-            let mut m = dense(
-                "Qwen/Qwen3-30B-A3B",
-                "qwen3_moe",
-                48,
-                2048,
-                32,
-                4,
-                6144,
-                151_936,
-                40_960,
-            );
+            let mut m = DenseRow {
+                name: "Qwen/Qwen3-30B-A3B",
+                model_type: "qwen3_moe",
+                num_layers: 48,
+                hidden_size: 2048,
+                num_attention_heads: 32,
+                num_kv_heads: 4,
+                intermediate_size: 6144,
+                vocab_size: 151_936,
+                max_position_embeddings: 40_960,
+            }
+            .spec();
             m.moe = moe(128, 8, 768);
             m
         },
@@ -413,17 +433,18 @@ static CATALOG: &[Entry] = &[
     Entry {
         aliases: &["Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", "qwen3-235b"],
         build: || {
-            let mut m = dense(
-                "Qwen/Qwen3-235B-A22B",
-                "qwen3_moe",
-                94,
-                4096,
-                64,
-                4,
-                12288,
-                151_936,
-                40_960,
-            );
+            let mut m = DenseRow {
+                name: "Qwen/Qwen3-235B-A22B",
+                model_type: "qwen3_moe",
+                num_layers: 94,
+                hidden_size: 4096,
+                num_attention_heads: 64,
+                num_kv_heads: 4,
+                intermediate_size: 12288,
+                vocab_size: 151_936,
+                max_position_embeddings: 40_960,
+            }
+            .spec();
             m.moe = moe(128, 8, 1536);
             m
         },
@@ -436,17 +457,18 @@ static CATALOG: &[Entry] = &[
             "mistral-7b-v0.3",
         ],
         build: || {
-            dense(
-                "mistralai/Mistral-7B-Instruct-v0.3",
-                "mistral",
-                32,
-                4096,
-                32,
-                8,
-                14336,
-                32_768,
-                32_768,
-            )
+            DenseRow {
+                name: "mistralai/Mistral-7B-Instruct-v0.3",
+                model_type: "mistral",
+                num_layers: 32,
+                hidden_size: 4096,
+                num_attention_heads: 32,
+                num_kv_heads: 8,
+                intermediate_size: 14336,
+                vocab_size: 32_768,
+                max_position_embeddings: 32_768,
+            }
+            .spec()
         },
     },
     Entry {
@@ -456,17 +478,18 @@ static CATALOG: &[Entry] = &[
             "mistral-7b-v0.1",
         ],
         build: || {
-            let mut m = dense(
-                "mistralai/Mistral-7B-v0.1",
-                "mistral",
-                32,
-                4096,
-                32,
-                8,
-                14336,
-                32_000,
-                32_768,
-            );
+            let mut m = DenseRow {
+                name: "mistralai/Mistral-7B-v0.1",
+                model_type: "mistral",
+                num_layers: 32,
+                hidden_size: 4096,
+                num_attention_heads: 32,
+                num_kv_heads: 8,
+                intermediate_size: 14336,
+                vocab_size: 32_000,
+                max_position_embeddings: 32_768,
+            }
+            .spec();
             m.sliding_window = Some(4096);
             m.sliding_layers = vec![true; 32];
             m
@@ -480,17 +503,18 @@ static CATALOG: &[Entry] = &[
             "mixtral",
         ],
         build: || {
-            let mut m = dense(
-                "mistralai/Mixtral-8x7B-Instruct-v0.1",
-                "mixtral",
-                32,
-                4096,
-                32,
-                8,
-                14336,
-                32_000,
-                32_768,
-            );
+            let mut m = DenseRow {
+                name: "mistralai/Mixtral-8x7B-Instruct-v0.1",
+                model_type: "mixtral",
+                num_layers: 32,
+                hidden_size: 4096,
+                num_attention_heads: 32,
+                num_kv_heads: 8,
+                intermediate_size: 14336,
+                vocab_size: 32_000,
+                max_position_embeddings: 32_768,
+            }
+            .spec();
             m.moe = moe(8, 2, 14336);
             m
         },
@@ -504,17 +528,18 @@ static CATALOG: &[Entry] = &[
             "deepseek-r1",
         ],
         build: || {
-            let mut m = dense(
-                "deepseek-ai/DeepSeek-V3",
-                "deepseek_v3",
-                61,
-                7168,
-                128,
-                128,
-                18432,
-                129_280,
-                163_840,
-            );
+            let mut m = DenseRow {
+                name: "deepseek-ai/DeepSeek-V3",
+                model_type: "deepseek_v3",
+                num_layers: 61,
+                hidden_size: 7168,
+                num_attention_heads: 128,
+                num_kv_heads: 128,
+                intermediate_size: 18432,
+                vocab_size: 129_280,
+                max_position_embeddings: 163_840,
+            }
+            .spec();
             m.head_dim = 192;
             m.attention = Attention::Mla(MlaSpec {
                 kv_lora_rank: 512,

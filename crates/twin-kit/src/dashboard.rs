@@ -156,6 +156,21 @@ fn ds() -> Value {
     json!({"type": "prometheus", "uid": "${datasource}"})
 }
 
+/// What a panel says: its title, hover description and Grafana unit.
+struct PanelText<'a> {
+    title: &'a str,
+    description: &'a str,
+    unit: &'a str,
+}
+
+/// How a time-series panel is laid out and drawn: grid size, threshold lines, stacking.
+struct PanelStyle<'a> {
+    w: u32,
+    h: u32,
+    thresholds: &'a [(f64, &'a str)],
+    stacked: bool,
+}
+
 impl Layout {
     fn new() -> Self {
         Layout {
@@ -225,18 +240,18 @@ impl Layout {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn timeseries(
-        &mut self,
-        title: &str,
-        description: &str,
-        unit: &str,
-        targets: Vec<Target>,
-        w: u32,
-        h: u32,
-        thresholds: &[(f64, &str)],
-        stacked: bool,
-    ) {
+    fn timeseries(&mut self, text: PanelText<'_>, targets: Vec<Target>, style: PanelStyle<'_>) {
+        let PanelText {
+            title,
+            description,
+            unit,
+        } = text;
+        let PanelStyle {
+            w,
+            h,
+            thresholds,
+            stacked,
+        } = style;
         let id = self.id();
         let pos = self.place(w, h);
         let steps = threshold_steps(thresholds);
@@ -484,208 +499,181 @@ pub fn dashboard_json(opts: &KitOptions) -> Result<String, KitError> {
     let (desc, mut targets) = seed(1);
     targets.push(t("P99 {{model_name}}", q("0.99", ttft)));
     l.timeseries(
-        "TTFT P95 / P99",
-        &desc,
-        "s",
+        PanelText {
+            title: "TTFT P95 / P99",
+            description: &desc,
+            unit: "s",
+        },
         targets,
-        12,
-        8,
-        &[(opts.ttft_slo_s, "red")],
-        false,
+        PanelStyle {
+            w: 12,
+            h: 8,
+            thresholds: &[(opts.ttft_slo_s, "red")],
+            stacked: false,
+        },
     );
     let (desc, mut targets) = seed(2);
     targets.push(t("P99 {{model_name}}", q("0.99", itl)));
     l.timeseries(
-        "ITL P95 / P99",
-        &desc,
-        "s",
+        PanelText {
+            title: "ITL P95 / P99",
+            description: &desc,
+            unit: "s",
+        },
         targets,
-        12,
-        8,
-        &[(opts.itl_slo_s, "red")],
-        false,
+        PanelStyle {
+            w: 12,
+            h: 8,
+            thresholds: &[(opts.itl_slo_s, "red")],
+            stacked: false,
+        },
     );
-    l.timeseries(
-        "E2E request latency",
-        "End-to-end latency (arrival to last token, frontend wall clock). Request-latency buckets start at 0.3 s, so percentiles below that are interpolation.",
-        "s",
-        vec![
+    l.timeseries(PanelText { title: "E2E request latency", description: "End-to-end latency (arrival to last token, frontend wall clock). Request-latency buckets start at 0.3 s, so percentiles below that are interpolation.", unit: "s" }, vec![
             t("P50 {{model_name}}", q("0.5", e2e)),
             t("P95 {{model_name}}", q("0.95", e2e)),
             t("P99 {{model_name}}", q("0.99", e2e)),
-        ],
-        8,
-        8,
-        &[],
-        false,
-    );
-    l.timeseries(
-        "Request rate by finish reason",
-        "Finished requests/s by finished_reason (stop, length, abort, error, repetition). Client disconnects are not counted by vLLM 0.34.",
-        "reqps",
-        vec![t(
+        ], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: false });
+    l.timeseries(PanelText { title: "Request rate by finish reason", description: "Finished requests/s by finished_reason (stop, length, abort, error, repetition). Client disconnects are not counted by vLLM 0.34.", unit: "reqps" }, vec![t(
             "{{finished_reason}} {{model_name}}",
             m(format!("sum by (model_name, finished_reason) (rate(vllm:request_success_total{{{v}}}[$__rate_interval]))")),
-        )],
-        8,
-        8,
-        &[],
-        true,
-    );
-    l.timeseries(
-        "Error / abort / length shares",
-        "Shares of finished requests; alerts fire above the kit's thresholds (error, abort, length).",
-        "percentunit",
-        vec![
+        )], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: true });
+    l.timeseries(PanelText { title: "Error / abort / length shares", description: "Shares of finished requests; alerts fire above the kit's thresholds (error, abort, length).", unit: "percentunit" }, vec![
             t("error {{model_name}}", share("error")),
             t("abort {{model_name}}", share("abort")),
             t("length (truncated) {{model_name}}", share("length")),
-        ],
-        8,
-        8,
-        &[],
-        false,
-    );
+        ], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: false });
     let (desc, targets) = seed(4);
     l.timeseries(
-        "Token throughput",
-        &desc,
-        "short",
+        PanelText {
+            title: "Token throughput",
+            description: &desc,
+            unit: "short",
+        },
         targets,
-        12,
-        8,
-        &[],
-        false,
+        PanelStyle {
+            w: 12,
+            h: 8,
+            thresholds: &[],
+            stacked: false,
+        },
     );
-    l.timeseries(
-        "SLO attainment",
-        &format!("Share of requests under the SLO, read from _bucket{{le=\"{ttft_le}\"}} (TTFT) and _bucket{{le=\"{itl_le}\"}} (ITL). The SLOs must be bucket bounds."),
-        "percentunit",
-        vec![
+    l.timeseries(PanelText { title: "SLO attainment", description: &format!("Share of requests under the SLO, read from _bucket{{le=\"{ttft_le}\"}} (TTFT) and _bucket{{le=\"{itl_le}\"}} (ITL). The SLOs must be bucket bounds."), unit: "percentunit" }, vec![
             t(&format!("TTFT ≤ {} s {{{{model_name}}}}", num(opts.ttft_slo_s)), attain(ttft, &ttft_le)),
             t(&format!("ITL ≤ {} s {{{{model_name}}}}", num(opts.itl_slo_s)), attain(itl, &itl_le)),
-        ],
-        12,
-        8,
-        &[],
-        false,
-    );
+        ], PanelStyle { w: 12, h: 8, thresholds: &[], stacked: false });
 
     // ---- Layer 2: engine scheduling.
     l.row("Layer 2 — Engine scheduling (vLLM V1 EngineCore)");
     let (desc, targets) = seed(3);
     l.timeseries(
-        "Request lifecycle: queue vs prefill vs decode (mean)",
-        &format!("{desc} E2E ≈ queue + prefill + decode; TTFT ≈ queue + prefill."),
-        "s",
+        PanelText {
+            title: "Request lifecycle: queue vs prefill vs decode (mean)",
+            description: &format!("{desc} E2E ≈ queue + prefill + decode; TTFT ≈ queue + prefill."),
+            unit: "s",
+        },
         targets,
-        12,
-        8,
-        &[],
-        true,
+        PanelStyle {
+            w: 12,
+            h: 8,
+            thresholds: &[],
+            stacked: true,
+        },
     );
-    l.timeseries(
-        "Running vs waiting",
-        &format!("Requests RUNNING vs WAITING per engine. The red line is --max-num-seqs ({}): running flat on it with low KV usage is false saturation (playbook 1).", opts.max_num_seqs),
-        "short",
-        vec![
+    l.timeseries(PanelText { title: "Running vs waiting", description: &format!("Requests RUNNING vs WAITING per engine. The red line is --max-num-seqs ({}): running flat on it with low KV usage is false saturation (playbook 1).", opts.max_num_seqs), unit: "short" }, vec![
             t("running {{instance}} e{{engine}}", m(format!("vllm:num_requests_running{{{v}}}"))),
             t("waiting {{instance}} e{{engine}}", m(format!("vllm:num_requests_waiting{{{v}}}"))),
-        ],
-        12,
-        8,
-        &[(opts.max_num_seqs as f64, "red")],
-        false,
-    );
-    l.timeseries(
-        "Waiting by reason",
-        "capacity = waiting for slots or KV blocks; deferred = LoRA budget, KV transfer or blocked. The reasons sum to vllm:num_requests_waiting.",
-        "short",
-        vec![t(
+        ], PanelStyle { w: 12, h: 8, thresholds: &[(opts.max_num_seqs as f64, "red")], stacked: false });
+    l.timeseries(PanelText { title: "Waiting by reason", description: "capacity = waiting for slots or KV blocks; deferred = LoRA budget, KV transfer or blocked. The reasons sum to vllm:num_requests_waiting.", unit: "short" }, vec![t(
             "{{reason}} {{instance}} e{{engine}}",
             m(format!("vllm:num_requests_waiting_by_reason{{{v}}}")),
-        )],
-        8,
-        8,
-        &[],
-        true,
-    );
+        )], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: true });
     let (desc, targets) = seed(5);
     let (kv, pre): (Vec<Target>, Vec<Target>) = targets
         .into_iter()
         .partition(|t| t.expr.contains("kv_cache_usage_perc"));
     l.timeseries(
-        "KV-cache usage",
-        &format!(
-            "{desc} Warning at {}, critical at {} (preemptions follow).",
-            num(opts.kv_warning),
-            num(opts.kv_critical)
-        ),
-        "percentunit",
+        PanelText {
+            title: "KV-cache usage",
+            description: &format!(
+                "{desc} Warning at {}, critical at {} (preemptions follow).",
+                num(opts.kv_warning),
+                num(opts.kv_critical)
+            ),
+            unit: "percentunit",
+        },
         kv,
-        8,
-        8,
-        &[(opts.kv_warning, "orange"), (opts.kv_critical, "red")],
-        false,
+        PanelStyle {
+            w: 8,
+            h: 8,
+            thresholds: &[(opts.kv_warning, "orange"), (opts.kv_critical, "red")],
+            stacked: false,
+        },
     );
     l.timeseries(
-        "Preemptions/s",
-        &format!("{desc} Must be 0 in production."),
-        "short",
+        PanelText {
+            title: "Preemptions/s",
+            description: &format!("{desc} Must be 0 in production."),
+            unit: "short",
+        },
         pre,
-        8,
-        8,
-        &[(0.001, "red")],
-        false,
+        PanelStyle {
+            w: 8,
+            h: 8,
+            thresholds: &[(0.001, "red")],
+            stacked: false,
+        },
     );
     let (desc, targets) = seed(6);
     l.timeseries(
-        "Prefix-cache hit rate",
-        &desc,
-        "percentunit",
+        PanelText {
+            title: "Prefix-cache hit rate",
+            description: &desc,
+            unit: "percentunit",
+        },
         targets,
-        8,
-        8,
-        &[],
-        false,
+        PanelStyle {
+            w: 8,
+            h: 8,
+            thresholds: &[],
+            stacked: false,
+        },
     );
     let (desc, targets) = seed(7);
     l.timeseries(
-        "Tokens per step",
-        &format!(
-            "{desc} The red line is --max-num-batched-tokens ({}).",
-            opts.max_num_batched_tokens
-        ),
-        "short",
+        PanelText {
+            title: "Tokens per step",
+            description: &format!(
+                "{desc} The red line is --max-num-batched-tokens ({}).",
+                opts.max_num_batched_tokens
+            ),
+            unit: "short",
+        },
         targets,
-        8,
-        8,
-        &[(opts.max_num_batched_tokens as f64, "red")],
-        false,
+        PanelStyle {
+            w: 8,
+            h: 8,
+            thresholds: &[(opts.max_num_batched_tokens as f64, "red")],
+            stacked: false,
+        },
     );
-    l.timeseries(
-        "Input / output token ratio",
-        "Prompt tokens over generated tokens of finished requests: > 1 is prefill-heavy (RAG, summarisation), < 1 decode-heavy (code, long-form, reasoning).",
-        "short",
-        vec![t(
+    l.timeseries(PanelText { title: "Input / output token ratio", description: "Prompt tokens over generated tokens of finished requests: > 1 is prefill-heavy (RAG, summarisation), < 1 decode-heavy (code, long-form, reasoning).", unit: "short" }, vec![t(
             "in/out {{model_name}}",
             m(format!("sum by (model_name) (rate(vllm:request_prompt_tokens_sum{{{v}}}[$__rate_interval])) / (sum by (model_name) (rate(vllm:request_generation_tokens_sum{{{v}}}[$__rate_interval])) > 0)")),
-        )],
-        8,
-        8,
-        &[],
-        false,
-    );
+        )], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: false });
     let (desc, targets) = seed(8);
     l.timeseries(
-        "Mean prompt / generation length",
-        &desc,
-        "short",
+        PanelText {
+            title: "Mean prompt / generation length",
+            description: &desc,
+            unit: "short",
+        },
         targets,
-        12,
-        8,
-        &[],
-        false,
+        PanelStyle {
+            w: 12,
+            h: 8,
+            thresholds: &[],
+            stacked: false,
+        },
     );
     l.heatmap(
         "Prompt length distribution",
@@ -706,65 +694,20 @@ pub fn dashboard_json(opts: &KitOptions) -> Result<String, KitError> {
 
     // ---- Layer 3: GPU hardware.
     l.row("Layer 3 — GPU hardware (dcgm-exporter)");
-    l.timeseries(
-        "Tensor pipe / graphics engine active",
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (ratio of cycles the tensor pipes are busy) and DCGM_FI_PROF_GR_ENGINE_ACTIVE. High tensor activity with prefill-dominated latency = compute-bound.",
-        "percentunit",
-        vec![
+    l.timeseries(PanelText { title: "Tensor pipe / graphics engine active", description: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (ratio of cycles the tensor pipes are busy) and DCGM_FI_PROF_GR_ENGINE_ACTIVE. High tensor activity with prefill-dominated latency = compute-bound.", unit: "percentunit" }, vec![
             t("tensor {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{d}}}")),
             t("gr engine {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{d}}}")),
-        ],
-        12,
-        8,
-        &[(0.6, "orange")],
-        false,
-    );
-    l.timeseries(
-        "HBM bandwidth (DRAM active)",
-        "DCGM_FI_PROF_DRAM_ACTIVE: ratio of cycles the device memory interface is busy. High DRAM with low tensor activity = memory-bandwidth-bound decode.",
-        "percentunit",
-        vec![t("dram {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_PROF_DRAM_ACTIVE{{{d}}}"))],
-        12,
-        8,
-        &[(0.75, "orange")],
-        false,
-    );
-    l.timeseries(
-        "GPU utilisation (nvidia-smi) — not a load signal",
-        "DCGM_FI_DEV_GPU_UTIL (%) is ~100 whenever any kernel runs. Shown for completeness; do not alert or autoscale on it.",
-        "percent",
-        vec![t("util {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_DEV_GPU_UTIL{{{d}}}"))],
-        8,
-        8,
-        &[],
-        false,
-    );
-    l.timeseries(
-        "Framebuffer used / free",
-        "DCGM_FI_DEV_FB_USED / FB_FREE (MiB). vLLM preallocates the KV pool at start-up, so FB_USED is flat near --gpu-memory-utilization: use vllm:kv_cache_usage_perc for the real KV level.",
-        "decmbytes",
-        vec![
+        ], PanelStyle { w: 12, h: 8, thresholds: &[(0.6, "orange")], stacked: false });
+    l.timeseries(PanelText { title: "HBM bandwidth (DRAM active)", description: "DCGM_FI_PROF_DRAM_ACTIVE: ratio of cycles the device memory interface is busy. High DRAM with low tensor activity = memory-bandwidth-bound decode.", unit: "percentunit" }, vec![t("dram {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_PROF_DRAM_ACTIVE{{{d}}}"))], PanelStyle { w: 12, h: 8, thresholds: &[(0.75, "orange")], stacked: false });
+    l.timeseries(PanelText { title: "GPU utilisation (nvidia-smi) — not a load signal", description: "DCGM_FI_DEV_GPU_UTIL (%) is ~100 whenever any kernel runs. Shown for completeness; do not alert or autoscale on it.", unit: "percent" }, vec![t("util {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_DEV_GPU_UTIL{{{d}}}"))], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: false });
+    l.timeseries(PanelText { title: "Framebuffer used / free", description: "DCGM_FI_DEV_FB_USED / FB_FREE (MiB). vLLM preallocates the KV pool at start-up, so FB_USED is flat near --gpu-memory-utilization: use vllm:kv_cache_usage_perc for the real KV level.", unit: "decmbytes" }, vec![
             t("used {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_DEV_FB_USED{{{d}}}")),
             t("free {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_DEV_FB_FREE{{{d}}}")),
-        ],
-        8,
-        8,
-        &[],
-        false,
-    );
-    l.timeseries(
-        "Power / SM active",
-        "DCGM_FI_DEV_POWER_USAGE (W) and DCGM_FI_PROF_SM_ACTIVE (off in dcgm-exporter's default counters; empty unless enabled).",
-        "watt",
-        vec![
+        ], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: false });
+    l.timeseries(PanelText { title: "Power / SM active", description: "DCGM_FI_DEV_POWER_USAGE (W) and DCGM_FI_PROF_SM_ACTIVE (off in dcgm-exporter's default counters; empty unless enabled).", unit: "watt" }, vec![
             t("power {{Hostname}} gpu{{gpu}}", format!("DCGM_FI_DEV_POWER_USAGE{{{d}}}")),
             t("sm active x100 {{Hostname}} gpu{{gpu}}", format!("100 * DCGM_FI_PROF_SM_ACTIVE{{{d}}}")),
-        ],
-        8,
-        8,
-        &[],
-        false,
-    );
+        ], PanelStyle { w: 8, h: 8, thresholds: &[], stacked: false });
     l.text("Bottleneck reading notes", BOTTLENECKS, 24, 11);
 
     // ---- Playbooks.
