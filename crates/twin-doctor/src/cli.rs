@@ -5,36 +5,108 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::http::{HttpClient, HttpOptions};
 use crate::sources::{self, Observation};
 use crate::{analyze, render, verify, DoctorError, Options};
 
 pub const EXIT_INPUT_ERROR: u8 = 3;
 
-pub const HELP: &str = "\
-vllm-twin doctor: diagnose a running vLLM from its metrics
+/// The flags of `vllm-twin doctor`, as clap parses them (names kept from the first release).
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "vllm-twin doctor",
+    about = "Diagnose a running vLLM from its metrics",
+    after_help = "sources: a vLLM /metrics URL (scraped over --window), --prometheus URL (range queries over --since), or saved scrapes (text, OpenMetrics timelines, CSV).\nexit: 0 ok, 1 warning, 2 critical, 3 usage/input error"
+)]
+struct Cli {
+    /// A vLLM /metrics URL (http or https), or saved scrape files.
+    #[arg(value_name = "URL|FILE")]
+    sources: Vec<String>,
+    /// A Prometheus server to range-query instead of scraping.
+    #[arg(long, value_name = "URL")]
+    prometheus: Option<String>,
+    /// Live: how long to scrape.
+    #[arg(long, default_value = "60s", value_parser = duration_s("--window"))]
+    window: f64,
+    /// Live: time between scrapes (default 5s); files: spacing of untimed scrapes (default their modification times).
+    #[arg(long, value_parser = duration_s("--interval"))]
+    interval: Option<f64>,
+    /// Prometheus: how far back to query.
+    #[arg(long, default_value = "30m", value_parser = duration_s("--since"))]
+    since: f64,
+    /// Keep only series with this model_name.
+    #[arg(long)]
+    model: Option<String>,
+    /// DCGM exporter metrics (URL or file) for the hardware layer.
+    #[arg(long, value_name = "URL|FILE")]
+    dcgm: Option<String>,
+    /// Per HTTP request.
+    #[arg(long, default_value = "10s", value_parser = duration_s("--timeout"))]
+    timeout: f64,
+    /// PEM root certificate to trust besides the public roots (a cluster's private CA).
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<std::path::PathBuf>,
+    /// Accept any server certificate (self-signed test setups only).
+    #[arg(long)]
+    insecure_skip_tls_verify: bool,
+    /// Basic-auth user (user:password@ in the URL works too).
+    #[arg(long, value_name = "USER")]
+    basic_auth_user: Option<String>,
+    /// File holding the basic-auth password (kept off the command line).
+    #[arg(long, value_name = "FILE")]
+    basic_auth_password_file: Option<std::path::PathBuf>,
+    /// File holding a bearer token (e.g. a service-account token).
+    #[arg(long, value_name = "FILE")]
+    bearer_token_file: Option<std::path::PathBuf>,
+    /// The server's version (else /version, else guessed from the families).
+    #[arg(long)]
+    vllm_version: Option<String>,
+    /// The server's context limit (else /v1/models).
+    #[arg(long)]
+    max_model_len: Option<u64>,
+    /// The server's `vllm serve` flags, quoted.
+    #[arg(long, allow_hyphen_values = true)]
+    serve_args: Option<String>,
+    /// GPU for --verify (see `vllm-twin gpus`).
+    #[arg(long)]
+    gpu: Option<String>,
+    /// Model for --verify.
+    #[arg(long)]
+    sim_model: Option<String>,
+    /// TTFT SLO (P95).
+    #[arg(long, default_value = "1s", value_parser = duration_s("--ttft-slo"))]
+    ttft_slo: f64,
+    /// ITL SLO (P99).
+    #[arg(long, default_value = "100ms", value_parser = duration_s("--itl-slo"))]
+    itl_slo: f64,
+    /// TPOT SLO (mean).
+    #[arg(long, default_value = "50ms", value_parser = duration_s("--tpot-slo"))]
+    tpot_slo: f64,
+    #[arg(long, conflicts_with = "markdown")]
+    json: bool,
+    #[arg(long)]
+    markdown: bool,
+    /// Re-diagnose continuously.
+    #[arg(long)]
+    watch: bool,
+    /// Stop --watch after N rounds.
+    #[arg(long, value_name = "N")]
+    watch_count: Option<usize>,
+    /// Check the recommended flags by simulation.
+    #[arg(long)]
+    verify: bool,
+    /// Requests per --verify simulation.
+    #[arg(long, default_value_t = 2000)]
+    verify_requests: usize,
+    /// For tests: the end of the Prometheus range (unix seconds).
+    #[arg(long, hide = true)]
+    prometheus_end: Option<f64>,
+}
 
-usage:
-  vllm-twin doctor URL                  a vLLM /metrics URL, scraped over --window
-  vllm-twin doctor --prometheus URL     a Prometheus server (range queries over --since)
-  vllm-twin doctor FILE...              saved scrapes (text, OpenMetrics timelines, CSV)
-
-sources:
-  --window 60s          live: how long to scrape            --interval 5s   between scrapes
-                        (files: spacing of untimed scrapes, default their modification times)
-  --since 30m           Prometheus: how far back            --model NAME    model_name filter
-  --dcgm URL|FILE       DCGM exporter metrics for the hardware layer
-  --timeout 10s         per HTTP request
-hints:
-  --vllm-version X      the server's version (else /version, else guessed from families)
-  --max-model-len N     the server's context limit (else /v1/models)
-  --serve-args \"...\"    the server's `vllm serve` flags
-  --gpu NAME            GPU for --verify (vllm-twin gpus); --sim-model NAME: model for --verify
-thresholds:
-  --ttft-slo 1s (P95)   --itl-slo 100ms (P99)   --tpot-slo 50ms (mean)
-output:
-  --json | --markdown   --watch [--watch-count N]   --verify [--verify-requests 2000]
-exit: 0 ok, 1 warning, 2 critical, 3 usage/input error
-";
+/// A clap value parser for a duration flag (`90s`, `5m`, `250ms`, plain seconds).
+fn duration_s(flag: &'static str) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |v| twin_sim::engine_args::parse_duration_s(flag, v).map_err(|e| e.to_string())
+}
 
 #[derive(Debug, Default)]
 struct Args {
@@ -46,7 +118,7 @@ struct Args {
     since_s: f64,
     model: Option<String>,
     dcgm: Option<String>,
-    timeout_s: f64,
+    http: HttpOptions,
     json: bool,
     markdown: bool,
     watch: bool,
@@ -55,90 +127,83 @@ struct Args {
     opts: Options,
 }
 
-fn duration(flag: &str, v: &str) -> Result<f64, DoctorError> {
-    twin_sim::engine_args::parse_duration_s(flag, v)
-        .map_err(|e| DoctorError(format!("{flag}: {e}")))
-}
-
-fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, DoctorError> {
-    v.parse()
-        .map_err(|_| DoctorError(format!("{flag}: {v:?} is not a valid number")))
-}
-
+/// `Ok(None)` when clap printed help or the version.
 fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
+    use clap::Parser as _;
+    let cli = match Cli::try_parse_from(
+        std::iter::once("doctor".to_string()).chain(argv.iter().cloned()),
+    ) {
+        Ok(c) => c,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = e.print();
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(DoctorError(
+                e.render()
+                    .to_string()
+                    .trim_end()
+                    .trim_start_matches("error: ")
+                    .to_string(),
+            ))
+        }
+    };
     let mut a = Args {
-        window_s: 60.0,
-        since_s: 1800.0,
-        timeout_s: 10.0,
+        prometheus: cli.prometheus,
+        window_s: cli.window,
+        since_s: cli.since,
+        model: cli.model,
+        dcgm: cli.dcgm,
+        http: HttpOptions {
+            timeout: Duration::from_secs_f64(cli.timeout),
+            ca_cert: cli.ca_cert,
+            insecure_skip_tls_verify: cli.insecure_skip_tls_verify,
+            basic_auth_user: cli.basic_auth_user,
+            basic_auth_password_file: cli.basic_auth_password_file,
+            bearer_token_file: cli.bearer_token_file,
+        },
+        json: cli.json,
+        markdown: cli.markdown,
+        watch: cli.watch,
+        watch_count: cli.watch_count,
+        prom_end_s: cli.prometheus_end,
         ..Default::default()
     };
-    let mut interval: Option<f64> = None;
-    let mut i = 0;
-    while i < argv.len() {
-        let raw = argv[i].as_str();
-        i += 1;
-        let (flag, inline) = match raw.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (raw, None),
-        };
-        let mut val = || -> Result<String, DoctorError> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
+    a.opts.vllm_version = cli.vllm_version;
+    if let Some(line) = &cli.serve_args {
+        let (argv, known) = verify::parse_serve_args(line);
+        a.opts.serve_args = argv;
+        a.opts.known = known;
+    }
+    // An explicit --max-model-len wins over the one in --serve-args.
+    if let Some(mml) = cli.max_model_len {
+        a.opts.known.max_model_len = Some(mml);
+    }
+    a.opts.hints.gpu = cli.gpu;
+    a.opts.hints.model = cli.sim_model;
+    a.opts.thresholds.ttft_p95_s = cli.ttft_slo;
+    a.opts.thresholds.itl_p99_s = cli.itl_slo;
+    a.opts.thresholds.tpot_mean_s = cli.tpot_slo;
+    a.opts.verify = cli.verify;
+    a.opts.hints.num_requests = cli.verify_requests;
+    for p in cli.sources {
+        if p.starts_with("http://") || p.starts_with("https://") {
+            if a.url.is_some() {
+                return Err(DoctorError(
+                    "give one URL (or use --prometheus for many instances)".into(),
+                ));
             }
-            let v = argv
-                .get(i)
-                .cloned()
-                .ok_or_else(|| DoctorError(format!("{flag} expects a value")))?;
-            i += 1;
-            Ok(v)
-        };
-        match flag {
-            "-h" | "--help" => return Ok(None),
-            "--prometheus" => a.prometheus = Some(val()?),
-            "--window" => a.window_s = duration(flag, &val()?)?,
-            "--interval" => interval = Some(duration(flag, &val()?)?),
-            "--since" => a.since_s = duration(flag, &val()?)?,
-            "--model" => a.model = Some(val()?),
-            "--dcgm" => a.dcgm = Some(val()?),
-            "--timeout" => a.timeout_s = duration(flag, &val()?)?,
-            "--vllm-version" => a.opts.vllm_version = Some(val()?),
-            "--max-model-len" => a.opts.known.max_model_len = Some(number(flag, &val()?)?),
-            "--serve-args" => {
-                let (argv, known) = verify::parse_serve_args(&val()?);
-                let mml = a.opts.known.max_model_len.or(known.max_model_len);
-                a.opts.serve_args = argv;
-                a.opts.known = known;
-                a.opts.known.max_model_len = mml;
-            }
-            "--gpu" => a.opts.hints.gpu = Some(val()?),
-            "--sim-model" => a.opts.hints.model = Some(val()?),
-            "--ttft-slo" => a.opts.thresholds.ttft_p95_s = duration(flag, &val()?)?,
-            "--itl-slo" => a.opts.thresholds.itl_p99_s = duration(flag, &val()?)?,
-            "--tpot-slo" => a.opts.thresholds.tpot_mean_s = duration(flag, &val()?)?,
-            "--json" => a.json = true,
-            "--markdown" => a.markdown = true,
-            "--watch" => a.watch = true,
-            "--watch-count" => a.watch_count = Some(number(flag, &val()?)?),
-            "--verify" => a.opts.verify = true,
-            "--verify-requests" => a.opts.hints.num_requests = number(flag, &val()?)?,
-            // For tests: the end of the Prometheus range (unix seconds).
-            "--prometheus-end" => a.prom_end_s = Some(number(flag, &val()?)?),
-            f if f.starts_with('-') && f.len() > 1 => {
-                return Err(DoctorError(format!(
-                    "unknown flag {f}; see vllm-twin doctor --help"
-                )))
-            }
-            p if p.starts_with("http://") || p.starts_with("https://") => {
-                if a.url.is_some() {
-                    return Err(DoctorError(
-                        "give one URL (or use --prometheus for many instances)".into(),
-                    ));
-                }
-                a.url = Some(p.to_string());
-            }
-            p => a.files.push(p.to_string()),
+            a.url = Some(p);
+        } else {
+            a.files.push(p);
         }
     }
+    let interval = cli.interval;
     let sources =
         a.url.is_some() as u8 + (!a.files.is_empty()) as u8 + a.prometheus.is_some() as u8;
     if sources == 0 {
@@ -147,11 +212,6 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
     if sources > 1 {
         return Err(DoctorError(
             "give one kind of source: a URL, --prometheus URL, or files".into(),
-        ));
-    }
-    if a.json && a.markdown {
-        return Err(DoctorError(
-            "--json and --markdown exclude each other".into(),
         ));
     }
     if a.url.is_some() {
@@ -178,7 +238,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
 }
 
 fn acquire(a: &Args) -> Result<Observation, DoctorError> {
-    let timeout = Duration::from_secs_f64(a.timeout_s);
+    let http = &HttpClient::new(&a.http)?;
     let mut obs = if let Some(u) = &a.url {
         let dcgm_url = a.dcgm.as_deref().filter(|d| d.starts_with("http"));
         sources::scrape_live(
@@ -186,7 +246,7 @@ fn acquire(a: &Args) -> Result<Observation, DoctorError> {
             Duration::from_secs_f64(a.window_s),
             Duration::from_secs_f64(a.interval_s.unwrap_or(5.0)),
             dcgm_url,
-            timeout,
+            http,
         )?
     } else if let Some(p) = &a.prometheus {
         sources::query_prometheus(
@@ -194,7 +254,7 @@ fn acquire(a: &Args) -> Result<Observation, DoctorError> {
             Duration::from_secs_f64(a.since_s),
             a.model.as_deref(),
             a.prom_end_s,
-            timeout,
+            http,
         )?
     } else {
         sources::load_files(&a.files, a.interval_s)?
@@ -206,7 +266,7 @@ fn acquire(a: &Args) -> Result<Observation, DoctorError> {
     }
     if let Some(d) = &a.dcgm {
         if a.url.is_none() || !d.starts_with("http") {
-            obs.dcgm.extend(sources::load_dcgm(d, timeout)?);
+            obs.dcgm.extend(sources::load_dcgm(d, http)?);
         }
     }
     Ok(obs)
@@ -249,10 +309,7 @@ pub fn diagnose_args(argv: &[String]) -> Result<Option<crate::Diagnosis>, Doctor
 pub fn doctor_main(argv: &[String]) -> ExitCode {
     let a = match parse(argv) {
         Ok(Some(a)) => a,
-        Ok(None) => {
-            print!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
+        Ok(None) => return ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_INPUT_ERROR);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use twin_metrics::parser::{self, FamilyMeta, Sample, Scrape};
 
-use crate::http::{self, Url};
+use crate::http::{self, HttpClient, Url};
 use crate::{err, DoctorError};
 
 /// One scrape of one instance at time `t_s` (unix seconds, or seconds since the first
@@ -443,9 +443,9 @@ fn now_unix_s() -> f64 {
 
 /// Read `/version` and `/v1/models` next to a `/metrics` URL (both optional: a proxy may
 /// expose only `/metrics`).
-pub fn server_info(metrics: &Url, timeout: Duration) -> ServerInfo {
+pub fn server_info(metrics: &Url, http: &HttpClient) -> ServerInfo {
     let mut info = ServerInfo::default();
-    if let Ok(body) = http::get(&metrics.with_path("/version"), timeout) {
+    if let Ok(body) = http.get(&metrics.with_path("/version")) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
             info.version = v
                 .get("version")
@@ -453,7 +453,7 @@ pub fn server_info(metrics: &Url, timeout: Duration) -> ServerInfo {
                 .map(str::to_string);
         }
     }
-    if let Ok(body) = http::get(&metrics.with_path("/v1/models"), timeout) {
+    if let Ok(body) = http.get(&metrics.with_path("/v1/models")) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
             if let Some(m) = v.get("data").and_then(|d| d.get(0)) {
                 info.served_model_name = m.get("id").and_then(|x| x.as_str()).map(str::to_string);
@@ -470,13 +470,15 @@ pub fn scrape_live(
     window: Duration,
     interval: Duration,
     dcgm: Option<&str>,
-    timeout: Duration,
+    http: &HttpClient,
 ) -> Result<Observation, DoctorError> {
     let u = Url::parse(url)?;
     let du = dcgm.map(Url::parse).transpose()?;
+    // Messages and reports name the URL without its password.
+    let url = &u.display();
     let mut obs = Observation {
         source: url.to_string(),
-        server: server_info(&u, timeout),
+        server: server_info(&u, http),
         ..Default::default()
     };
     let n = ((window.as_secs_f64() / interval.as_secs_f64().max(1e-3)).round() as usize).max(1) + 1;
@@ -488,7 +490,7 @@ pub fn scrape_live(
             std::thread::sleep(wait);
         }
         let t_s = now_unix_s();
-        let body = http::get(&u, timeout)?;
+        let body = http.get(&u)?;
         let (scrape, errors) = parser::parse_lossy(&body);
         if i == 0 {
             if let Some(e) = errors.first() {
@@ -506,7 +508,7 @@ pub fn scrape_live(
             scrape: normalize(scrape),
         });
         if let Some(d) = &du {
-            match http::get(d, timeout) {
+            match http.get(d) {
                 Ok(b) => obs.dcgm.push(Snapshot {
                     t_s,
                     scrape: parser::parse_lossy(&b).0,
@@ -516,7 +518,7 @@ pub fn scrape_live(
             }
         }
     }
-    obs.instances = split_instances(snaps, &format!("{}:{}", u.host, u.port));
+    obs.instances = split_instances(snaps, &format!("{}:{}", u.host(), u.port()));
     Ok(obs)
 }
 
@@ -625,10 +627,11 @@ pub fn query_prometheus(
     since: Duration,
     model: Option<&str>,
     end_s: Option<f64>,
-    timeout: Duration,
+    http: &HttpClient,
 ) -> Result<Observation, DoctorError> {
     let b = Url::parse(base.trim_end_matches('/'))?;
-    let prefix = b.path.trim_end_matches('/').to_string();
+    let base = &b.display();
+    let prefix = b.path().trim_end_matches('/').to_string();
     let end = end_s.unwrap_or_else(now_unix_s);
     let start = end - since.as_secs_f64();
     // About 120 points per series, never finer than Prometheus' usual 15 s scrape.
@@ -647,7 +650,7 @@ pub fn query_prometheus(
             http::encode_query(q)
         );
         let u = b.with_path(&path);
-        prom_samples(&u.display(), &http::get(&u, timeout)?)
+        prom_samples(&u.display(), &http.get(&u)?)
     };
     let mut obs = Observation {
         source: format!("prometheus {base} (last {}s)", since.as_secs()),
@@ -661,7 +664,7 @@ pub fn query_prometheus(
             http::encode_query("{__name__=~\"vllm[:_]cache_config_info\"}")
         );
         let u = b.with_path(&path);
-        if let Ok(body) = http::get(&u, timeout) {
+        if let Ok(body) = http.get(&u) {
             let info = prom_samples(&u.display(), &body)?;
             let times: Vec<f64> = {
                 let mut t: Vec<f64> = points.iter().map(|p| p.0).collect();
@@ -695,9 +698,9 @@ pub fn query_prometheus(
 }
 
 /// DCGM scrapes from a URL (one now) or files.
-pub fn load_dcgm(src: &str, timeout: Duration) -> Result<Vec<Snapshot>, DoctorError> {
+pub fn load_dcgm(src: &str, http: &HttpClient) -> Result<Vec<Snapshot>, DoctorError> {
     if src.starts_with("http://") || src.starts_with("https://") {
-        let body = http::get(&Url::parse(src)?, timeout)?;
+        let body = http.get(&Url::parse(src)?)?;
         return Ok(vec![Snapshot {
             t_s: now_unix_s(),
             scrape: parser::parse_lossy(&body).0,

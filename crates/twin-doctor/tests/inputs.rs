@@ -95,8 +95,10 @@ fn bad_input_is_exit_3_naming_the_file() {
         twin_doctor::cli::doctor_main(&args(&["--window", "x", "http://127.0.0.1:1/metrics"])),
         ExitCode::from(3)
     );
-    let e = twin_doctor::cli::diagnose_args(&args(&["https://h/metrics"])).unwrap_err();
-    assert!(e.0.contains("https is not supported"), "{e}");
+    // https is spoken (rustls); an unknown host is named as such.
+    let e = twin_doctor::cli::diagnose_args(&args(&["https://nonexistent.invalid/metrics"]))
+        .unwrap_err();
+    assert!(e.0.contains("cannot resolve host"), "{e}");
     let e = twin_doctor::cli::diagnose_args(&args(&[
         "http://127.0.0.1:1/metrics",
         "--window",
