@@ -27,16 +27,9 @@ pub use sources::{Instance, Observation, Snapshot};
 
 /// Errors that stop a diagnosis: bad input or an unreachable source. Each names the file,
 /// URL or line it is about; the CLI maps every one to exit code 3.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct DoctorError(pub String);
-
-impl std::fmt::Display for DoctorError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for DoctorError {}
 
 pub(crate) fn err<T>(msg: impl Into<String>) -> Result<T, DoctorError> {
     Err(DoctorError(msg.into()))

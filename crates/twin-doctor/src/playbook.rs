@@ -114,19 +114,30 @@ fn confidence(sig: &Signals, samples: f64) -> Confidence {
     }
 }
 
-// One constructor keeps every rule's output uniform; the arguments are the finding's fields.
-#[allow(clippy::too_many_arguments)]
-fn finding(
+/// What a rule names before its evidence: the finding's identity and weight.
+struct FindingHead<'a> {
     id: &'static str,
     scenario: &'static str,
-    title: &str,
+    title: &'a str,
     severity: Severity,
     confidence: Confidence,
+}
+
+// One constructor keeps every rule's output uniform.
+fn finding(
+    head: FindingHead<'_>,
     sig: &Signals,
     evidence: Vec<Evidence>,
     cause: &str,
     recommendations: Vec<Recommendation>,
 ) -> Finding {
+    let FindingHead {
+        id,
+        scenario,
+        title,
+        severity,
+        confidence,
+    } = head;
     Finding {
         id,
         scenario,
@@ -247,17 +258,7 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
                 kv_max.max(kv_mean),
                 format!("max >= {} or mean >= {}", th.kv_full, th.kv_high),
             ));
-            out.push(finding(
-                "ttft-queue-kv-full",
-                "1",
-                "TTFT high: requests queue because the KV pool is full",
-                sev,
-                conf,
-                sig,
-                e,
-                "Queue time dominates TTFT and the KV-cache block pool is (nearly) full: new requests cannot get blocks until running ones finish.",
-                recs,
-            ));
+            out.push(finding(FindingHead { id: "ttft-queue-kv-full", scenario: "1", title: "TTFT high: requests queue because the KV pool is full", severity: sev, confidence: conf }, sig, e, "Queue time dominates TTFT and the KV-cache block pool is (nearly) full: new requests cannot get blocks until running ones finish.", recs));
         } else if running.share_at_max >= 0.6
             && running.max >= 1.0
             && waiting >= 1.0
@@ -281,34 +282,14 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
                 sig.tpot_s.mean.unwrap_or(0.0),
                 format!("<= {} (compute has headroom)", th.tpot_mean_s),
             ));
-            out.push(finding(
-                "ttft-queue-pseudo-saturation",
-                "1",
-                &format!("TTFT high: pseudo-saturation, running pinned at {pinned:.0} with KV mostly free"),
-                sev,
-                conf,
-                sig,
-                e,
-                "num_requests_running is a flat line at a cap while KV usage is low and requests wait: --max-num-seqs (or --max-num-active-seqs) is set too conservatively and keeps requests out although memory and compute are free.",
-                ctx.raise_seqs(pinned, to),
-            ));
+            out.push(finding(FindingHead { id: "ttft-queue-pseudo-saturation", scenario: "1", title: &format!("TTFT high: pseudo-saturation, running pinned at {pinned:.0} with KV mostly free"), severity: sev, confidence: conf }, sig, e, "num_requests_running is a flat line at a cap while KV usage is low and requests wait: --max-num-seqs (or --max-num-active-seqs) is set too conservatively and keeps requests out although memory and compute are free.", ctx.raise_seqs(pinned, to)));
         } else if let Some(f) = token_budget_finding(sig, ctx, &e, sev, conf) {
             // A small budget also shows up as queueing: prefill chunks use the whole
             // budget, so new requests are not even scheduled.
             out.push(f);
         } else {
             let ex = [("queue_mean_s", Down), ("ttft_p95_s", Down)];
-            out.push(finding(
-                "ttft-queue-overload",
-                "1",
-                "TTFT high: requests queue because arrivals exceed throughput",
-                sev,
-                conf,
-                sig,
-                e,
-                "Queue time dominates TTFT, yet neither the KV pool nor a sequence cap is binding: the engine is busy all the time and arrivals outpace it (compute saturation).",
-                vec![ctx.scale_out(sig, &ex)],
-            ));
+            out.push(finding(FindingHead { id: "ttft-queue-overload", scenario: "1", title: "TTFT high: requests queue because arrivals exceed throughput", severity: sev, confidence: conf }, sig, e, "Queue time dominates TTFT, yet neither the KV pool nor a sequence cap is binding: the engine is busy all the time and arrivals outpace it (compute saturation).", vec![ctx.scale_out(sig, &ex)]));
         }
         return;
     }
@@ -345,17 +326,7 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
             &[("prefix_hit_rate", Up), ("prefill_mean_s", Down)],
             "routing across replicas is outside one engine",
         ));
-        out.push(finding(
-            "ttft-prefill-prefix-miss",
-            "1",
-            "TTFT high: long prompts miss the prefix cache",
-            sev,
-            conf,
-            sig,
-            e,
-            "Prefill dominates TTFT and long prompts are recomputed: the prefix cache is off or rarely hit, typically because a round-robin load balancer scatters sessions and shared system prompts over replicas.",
-            recs,
-        ));
+        out.push(finding(FindingHead { id: "ttft-prefill-prefix-miss", scenario: "1", title: "TTFT high: long prompts miss the prefix cache", severity: sev, confidence: conf }, sig, e, "Prefill dominates TTFT and long prompts are recomputed: the prefix cache is off or rarely hit, typically because a round-robin load balancer scatters sessions and shared system prompts over replicas.", recs));
         named = true;
     }
     let long = p90_in >= 8000.0 || mean_in >= 4000.0;
@@ -368,33 +339,13 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
             &[("prefill_mean_s", Down), ("ttft_p95_s", Down)],
             "routing and client limits are outside one engine",
         )];
-        out.push(finding(
-            "ttft-prefill-long-prompts",
-            "1",
-            "TTFT high: prefill of long prompts dominates",
-            sev,
-            conf,
-            sig,
-            e,
-            "Requests are admitted quickly but their prompts take long to compute: the prompts are long (compute-bound prefill).",
-            recs,
-        ));
+        out.push(finding(FindingHead { id: "ttft-prefill-long-prompts", scenario: "1", title: "TTFT high: prefill of long prompts dominates", severity: sev, confidence: conf }, sig, e, "Requests are admitted quickly but their prompts take long to compute: the prompts are long (compute-bound prefill).", recs));
     } else if !named {
         let mut e = base;
         e.push(ev("mean_input_len", mean_in, "< 4000 (not long)"));
         e.push(ev("decode_share", sig.decode_share.unwrap_or(0.0), ""));
         let ex = [("prefill_mean_s", Down), ("ttft_p95_s", Down)];
-        out.push(finding(
-            "ttft-prefill-compute",
-            "1",
-            "TTFT high: prefill is slow although prompts are short",
-            sev,
-            conf,
-            sig,
-            e,
-            "Prefill dominates TTFT without long prompts, a small budget or cache misses: each step is slow (a big batch, a slow GPU), so the prefill chunks wait behind it. The seed's compute-bound remedies apply: FP8 (W8A8) weights, more or faster GPUs.",
-            vec![ctx.scale_out(sig, &ex)],
-        ));
+        out.push(finding(FindingHead { id: "ttft-prefill-compute", scenario: "1", title: "TTFT high: prefill is slow although prompts are short", severity: sev, confidence: conf }, sig, e, "Prefill dominates TTFT without long prompts, a small budget or cache misses: each step is slow (a big batch, a slow GPU), so the prefill chunks wait behind it. The seed's compute-bound remedies apply: FP8 (W8A8) weights, more or faster GPUs.", vec![ctx.scale_out(sig, &ex)]));
     }
 }
 
@@ -443,24 +394,14 @@ pub fn token_budget_finding_for(
         e.push(ev("share_of_steps_in_top_bucket", share, ""));
     }
     e.push(ev("mean_input_len", mean_in, ""));
-    finding(
-        "ttft-prefill-token-budget",
-        "1",
-        "TTFT high: prefill split into many steps by a small token budget",
-        sev,
-        conf,
-        sig,
-        e,
-        "Steps never carry more tokens than a cap smaller than the prompts: --max-num-batched-tokens forces each prompt through many chunks, stretching prefill and holding new requests back.",
-        ctx.flag(
+    finding(FindingHead { id: "ttft-prefill-token-budget", scenario: "1", title: "TTFT high: prefill split into many steps by a small token budget", severity: sev, confidence: conf }, sig, e, "Steps never carry more tokens than a cap smaller than the prompts: --max-num-batched-tokens forces each prompt through many chunks, stretching prefill and holding new requests back.", ctx.flag(
             "--max-num-batched-tokens",
             Some(format!("{from:.0}")),
             to.to_string(),
             &[("ttft_p95_s", Down), ("prefill_mean_s", Down), ("itl_p99_s", Up)],
         )
         .into_iter()
-        .collect(),
-    )
+        .collect())
 }
 
 fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
@@ -495,17 +436,7 @@ fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findin
             ));
         }
         recs.push(ctx.scale_out(sig, &ex));
-        out.push(finding(
-            "itl-bandwidth-saturation",
-            "2",
-            "Streaming slow overall: decode saturates HBM bandwidth",
-            sev_over(tpot, th.tpot_mean_s),
-            conf,
-            sig,
-            e,
-            "TPOT and the ITL median are both high: so many running requests (or such long contexts) share each decode step that reading weights and KV saturates memory bandwidth.",
-            recs,
-        ));
+        out.push(finding(FindingHead { id: "itl-bandwidth-saturation", scenario: "2", title: "Streaming slow overall: decode saturates HBM bandwidth", severity: sev_over(tpot, th.tpot_mean_s), confidence: conf }, sig, e, "TPOT and the ITL median are both high: so many running requests (or such long contexts) share each decode step that reading weights and KV saturates memory bandwidth.", recs));
         return;
     }
     if itl99 > th.itl_p99_s && itl99 >= 3.0 * itl50.max(1e-6) {
@@ -548,17 +479,7 @@ fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findin
                 &ex,
             ),
         );
-        out.push(finding(
-            "itl-prefill-interference",
-            "2",
-            "Streaming stutters: prefill chunks interfere with decode",
-            sev_over(itl99, th.itl_p99_s),
-            conf,
-            sig,
-            e,
-            "TPOT is fine but the ITL tail is bad: steps that carry a large prefill chunk take long, and every decoding request in that step waits (prefill interference, periodic stutter).",
-            recs,
-        ));
+        out.push(finding(FindingHead { id: "itl-prefill-interference", scenario: "2", title: "Streaming stutters: prefill chunks interfere with decode", severity: sev_over(itl99, th.itl_p99_s), confidence: conf }, sig, e, "TPOT is fine but the ITL tail is bad: steps that carry a large prefill chunk take long, and every decoding request in that step waits (prefill interference, periodic stutter).", recs));
     }
 }
 
@@ -606,17 +527,7 @@ fn scenario3_preemption(sig: &Signals, _th: &Thresholds, ctx: &Ctx, out: &mut Ve
         &[("preemptions", Down)],
         "client request limits are outside the engine",
     ));
-    out.push(finding(
-        "kv-preemption",
-        "3",
-        "Preemptions: the KV pool is overrun",
-        sev,
-        if sig.cumulative { Confidence::Medium } else { Confidence::High },
-        sig,
-        e,
-        "Running requests grew until the KV-cache block pool ran out, so the scheduler evicted some and will recompute them: throughput drops and latency jitters.",
-        recs,
-    ));
+    out.push(finding(FindingHead { id: "kv-preemption", scenario: "3", title: "Preemptions: the KV pool is overrun", severity: sev, confidence: if sig.cumulative { Confidence::Medium } else { Confidence::High } }, sig, e, "Running requests grew until the KV-cache block pool ran out, so the scheduler evicted some and will recompute them: throughput drops and latency jitters.", recs));
 }
 
 fn scenario4_autoscale(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
@@ -635,17 +546,7 @@ fn scenario4_autoscale(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<
         ev("window_s", window, ""),
     ];
     let _ = th;
-    out.push(finding(
-        "autoscale-signal",
-        "4",
-        "Autoscaling: the seed's scale-out trigger fires",
-        Severity::Info,
-        Confidence::Medium,
-        sig,
-        e,
-        "Scale on vllm:kv_cache_usage_perc > 0.65 or vllm:num_requests_waiting > 3 sustained for 15-30 s. Never on CPU, DCGM_FI_DEV_GPU_UTIL (always high) or DCGM_FI_DEV_FB_USED (full from start-up).",
-        vec![ctx.scale_out(sig, &[("queue_mean_s", Down), ("kv_usage_mean", Down)])],
-    ));
+    out.push(finding(FindingHead { id: "autoscale-signal", scenario: "4", title: "Autoscaling: the seed's scale-out trigger fires", severity: Severity::Info, confidence: Confidence::Medium }, sig, e, "Scale on vllm:kv_cache_usage_perc > 0.65 or vllm:num_requests_waiting > 3 sustained for 15-30 s. Never on CPU, DCGM_FI_DEV_GPU_UTIL (always high) or DCGM_FI_DEV_FB_USED (full from start-up).", vec![ctx.scale_out(sig, &[("queue_mean_s", Down), ("kv_usage_mean", Down)])]));
 }
 
 fn extras(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {
@@ -690,49 +591,31 @@ fn extras(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {
                 &[("length_share", Down)],
                 "client behaviour is outside the engine",
             ));
-            out.push(finding(
-                "length-truncation",
-                "extra",
-                "Outputs truncated by max_model_len",
-                if len_share >= 0.5 { Severity::Critical } else { Severity::Warning },
-                if exact { Confidence::High } else { Confidence::Medium },
-                sig,
-                e,
-                "Many requests end with finish_reason=length while prompt + output reach the context limit: answers are cut off by --max-model-len.",
-                recs,
-            ));
+            out.push(finding(FindingHead { id: "length-truncation", scenario: "extra", title: "Outputs truncated by max_model_len", severity: if len_share >= 0.5 { Severity::Critical } else { Severity::Warning }, confidence: if exact { Confidence::High } else { Confidence::Medium } }, sig, e, "Many requests end with finish_reason=length while prompt + output reach the context limit: answers are cut off by --max-model-len.", recs));
         }
     }
     if let Some(abort) = sig
         .finish_share("abort")
         .filter(|a| *a >= 0.05 && finished >= 10.0)
     {
-        out.push(finding(
-            "aborts",
-            "extra",
-            "Clients abort requests",
-            if abort >= 0.2 { Severity::Critical } else { Severity::Warning },
-            Confidence::Medium,
-            sig,
-            vec![
+        out.push(finding(FindingHead { id: "aborts", scenario: "extra", title: "Clients abort requests", severity: if abort >= 0.2 { Severity::Critical } else { Severity::Warning }, confidence: Confidence::Medium }, sig, vec![
                 ev("finish_abort_share", abort, ">= 0.05"),
                 ev("ttft_p95_s", sig.ttft_s.p95.unwrap_or(0.0), ""),
                 ev("e2e_p95_s", sig.e2e_s.p95.unwrap_or(0.0), ""),
-            ],
-            "Requests end with finish_reason=abort: clients disconnect or time out, usually because TTFT or E2E latency exceeds their timeout (see the latency findings), or a gateway timeout is too short.",
-            vec![ctx.action("compare client/gateway timeouts with E2E P95; fix the latency findings first", &[], "client behaviour is outside the engine")],
-        ));
+            ], "Requests end with finish_reason=abort: clients disconnect or time out, usually because TTFT or E2E latency exceeds their timeout (see the latency findings), or a gateway timeout is too short.", vec![ctx.action("compare client/gateway timeouts with E2E P95; fix the latency findings first", &[], "client behaviour is outside the engine")]));
     }
     if let Some(e_share) = sig
         .finish_share("error")
         .filter(|a| *a >= 0.01 && finished >= 10.0)
     {
         out.push(finding(
-            "errors",
-            "extra",
-            "Requests end in errors",
-            Severity::Warning,
-            Confidence::Medium,
+            FindingHead {
+                id: "errors",
+                scenario: "extra",
+                title: "Requests end in errors",
+                severity: Severity::Warning,
+                confidence: Confidence::Medium,
+            },
             sig,
             vec![ev("finish_error_share", e_share, ">= 0.01")],
             "Requests end with finish_reason=error: engine-side failures (see the server log).",
@@ -741,24 +624,14 @@ fn extras(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {
     }
     let running_last = sig.running.as_ref().map(|g| g.last).unwrap_or(0.0);
     if sig.stalled_s >= 10.0 && running_last > 0.0 {
-        out.push(finding(
-            "engine-hung",
-            "extra",
-            "Engine hung: requests running, no tokens produced",
-            Severity::Critical,
-            Confidence::High,
-            sig,
-            vec![
+        out.push(finding(FindingHead { id: "engine-hung", scenario: "extra", title: "Engine hung: requests running, no tokens produced", severity: Severity::Critical, confidence: Confidence::High }, sig, vec![
                 ev("stalled_s", sig.stalled_s, ">= 10 with running > 0"),
                 ev("running_last", running_last, "> 0"),
-            ],
-            "num_requests_running stays above zero while generation_tokens_total does not move: the engine loop is stuck (a hung collective, a dead worker, a blocked GPU).",
-            vec![ctx.action(
+            ], "num_requests_running stays above zero while generation_tokens_total does not move: the engine loop is stuck (a hung collective, a dead worker, a blocked GPU).", vec![ctx.action(
                 "check the server log and GPU health (XID errors, NCCL timeouts), then restart the engine; have the liveness probe use /health",
                 &[],
                 "a hang is not a scheduling effect",
-            )],
-        ));
+            )]));
     }
 }
 
