@@ -4,41 +4,14 @@
 //! the password from a file; a wrong password and a missing CA are refused with errors that
 //! say which.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::{free_port, need, Killer, EPOCH};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-
-/// Simulated time 0 of the scrapes (twin_sim::metrics_bridge::SIM_EPOCH_UNIX_S).
-const EPOCH: f64 = 1_767_225_600.0;
-
-fn need(bin: &str) -> PathBuf {
-    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
-        let p = Path::new(dir).join(bin);
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("{bin} not found: install Debian's prometheus package (scripts/test does: apt-get install prometheus)");
-}
-
-struct Killer(Child);
-impl Drop for Killer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
 
 fn twin(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vllm-twin"))

@@ -2,42 +2,15 @@
 //! Debian's Prometheus (loopback only): the seed's 8 PromQL panels evaluate over its HTTP
 //! API and agree with the twin's own report.
 
+mod common;
+
+use common::{free_port, need, Killer, EPOCH};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-/// Simulated time 0 of the scrapes (twin_sim::metrics_bridge::SIM_EPOCH_UNIX_S).
-const EPOCH: f64 = 1_767_225_600.0;
-
-fn need(bin: &str) -> PathBuf {
-    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
-        let p = Path::new(dir).join(bin);
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("{bin} not found: install Debian's prometheus package (scripts/test does: apt-get install prometheus)");
-}
-
-struct Killer(Child);
-impl Drop for Killer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
 
 fn http_get(port: u16, path_and_query: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;

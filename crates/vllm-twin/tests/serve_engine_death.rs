@@ -2,9 +2,10 @@
 //! the API server shuts down and the process exits 1 with the cause on stderr, as vLLM's API
 //! server stops on an `EngineDeadError`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// One HTTP/1.1 exchange over a fresh connection; returns the raw response.
@@ -19,32 +20,7 @@ fn http(addr: &str, request: &str) -> String {
 
 #[test]
 fn a_dead_engine_stops_serve_with_exit_status_1() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--dcgm-port",
-            "0",
-            "--enable-faults",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run vllm-twin serve");
-    // stdout is read to its end on a thread: serve prints as it shuts down.
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stdout.lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("Uvicorn running on http://").nth(1) {
-                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("serve printed its address");
+    let (mut child, addr) = common::spawn_serve(&["--enable-faults"]);
     let health = http(
         &addr,
         "GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",

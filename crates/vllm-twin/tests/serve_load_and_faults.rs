@@ -5,23 +5,18 @@
 //! healthy, and no `/metrics` counter ever decreases between scrapes.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Killer;
+
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 const NORMAL_REQUESTS: usize = 30;
-
-struct Killer(Child);
-impl Drop for Killer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn connect(addr: &str) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connect");
@@ -192,41 +187,19 @@ fn hostile(addr: &str, kind: usize) -> Result<(), String> {
 
 #[test]
 fn normal_clients_finish_beside_hostile_ones_and_counters_never_decrease() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--dcgm-port",
-            "0",
-            "--max-model-len",
-            "2048",
-            "--time-scale",
-            "20",
-            "--max-connections",
-            "64",
-            "--header-read-timeout",
-            "1s",
-            "--max-request-body-bytes",
-            "65536",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run vllm-twin serve");
-    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (child, addr) = common::spawn_serve(&[
+        "--max-model-len",
+        "2048",
+        "--time-scale",
+        "20",
+        "--max-connections",
+        "64",
+        "--header-read-timeout",
+        "1s",
+        "--max-request-body-bytes",
+        "65536",
+    ]);
     let _guard = Killer(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stdout.lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("Uvicorn running on http://").nth(1) {
-                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("serve printed its address");
 
     // The scraper: every counter is monotone from one scrape to the next.
     let done = Arc::new(AtomicBool::new(false));
