@@ -38,10 +38,21 @@ for t in "${targets[@]}"; do
   max_len=65536
   # Expositions are long; past a few KB a mutation explores nothing the parser has not seen.
   [ "$t" = metrics_parser ] && max_len=8192
+  build=()
+  extra=()
+  if [ "$t" = vllm_flags ]; then
+    # clap's did-you-mean (Jaro over ~900 flag names) dominates an unknown flag's cost, and
+    # compare tracing multiplies it sevenfold; flag names come from a dictionary instead.
+    build=(--no-trace-compares --target-dir target-no-trace-compares)
+    dict=$(mktemp)
+    awk -F'\t' '!/^#/ { n = split($3 " " $4, o, " "); for (i = 1; i <= n; i++) if (o[i] != "") printf "\"%s\"\n", o[i] }' \
+      ../crates/twin-sim/data/vllm_serve_flags.tsv > "$dict"
+    extra=(-dict="$dict")
+  fi
   log=$(mktemp)
   status=0
-  cargo fuzz run --sanitizer none -O "$t" corpus/"$t" -- \
-    -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || status=$?
+  cargo fuzz run --sanitizer none -O "${build[@]}" "$t" corpus/"$t" -- \
+    -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${extra[@]}" >"$log" 2>&1 || status=$?
   grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==|INFO: Seed)|panicked|ERROR|SUMMARY|Test unit written|^error" "$log" || true
   if [ "$status" -ne 0 ]; then
     tail -40 "$log"

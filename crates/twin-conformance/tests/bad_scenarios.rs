@@ -96,6 +96,12 @@ fn each_bad_field_is_named() {
             r#"{"name":"x","engine":{"num_speculative_tokens":43,"long_prefill_token_threshold":23},"requests":[]}"#,
             "engine.long_prefill_token_threshold",
         ),
+        // Found by fuzz/scenario_reader: 1 + num_speculative_tokens overflowed in the
+        // spec-decode padding check itself.
+        (
+            r#"{"name":"x","engine":{"num_speculative_tokens":18446744073709551615},"requests":[]}"#,
+            "engine.num_speculative_tokens",
+        ),
         // The running sum itself must not overflow.
         (
             r#"{"name":"x","requests":[{"id":"a","prompt_len":18446744073709551615,"max_tokens":1}]}"#,

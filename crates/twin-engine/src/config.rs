@@ -192,6 +192,12 @@ impl SchedulerConfig {
             ),
             ("max_model_len", self.max_model_len, MAX_TOKENS),
             ("block_size", self.block_size, MAX_TOKENS),
+            // Drafts are tokens of the sequence: a bound on them keeps 1 + k from wrapping.
+            (
+                "num_speculative_tokens",
+                self.num_speculative_tokens,
+                MAX_TOKENS,
+            ),
         ] {
             if v > limit {
                 return err(
