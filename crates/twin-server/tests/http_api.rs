@@ -949,3 +949,37 @@ async fn twin_controls_are_opt_in_authenticated_and_json_only() {
     );
     srv.shutdown(Duration::from_secs(5)).await;
 }
+
+/// vLLM's `/v1/completions` stops at 16 tokens when the client sets no `max_tokens`; chat
+/// leaves the rest of the context (the synthetic model stops at `--output-len`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_default_to_16_tokens_chat_to_the_context() {
+    let srv = serve("--max-model-len 4096 --output-len 100 --time-scale 100").await;
+    let url = base(&srv);
+    let c = reqwest::Client::new();
+    let v: Value = c
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"prompt": "Once upon a time"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 16, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    let v: Value = c
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "Once upon a time"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        v["usage"]["completion_tokens"].as_u64().unwrap() > 16,
+        "chat is not capped at 16: {v}"
+    );
+    srv.shutdown(Duration::from_secs(5)).await;
+}

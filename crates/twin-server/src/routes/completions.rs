@@ -27,6 +27,9 @@ use crate::sampling::{self, SamplingArgs};
 use crate::sse::{stop_reason_json, ResponseIdentity, StreamState, UsageOptions};
 use crate::tokenizer::EOS_TOKEN_ID;
 
+/// `/v1/completions`' output budget when the client sets none (OpenAI's and vLLM's default).
+const COMPLETIONS_DEFAULT_MAX_TOKENS: i64 = 16;
+
 /// A validated generation request, ready for the engine.
 struct Prepared {
     prompt: Vec<u32>,
@@ -278,7 +281,9 @@ pub(super) async fn completions(
     VllmJson(req): VllmJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     check_model(&st, &req.common.model)?;
-    let max_tokens = check_max_tokens(&st, &req.common, None)?;
+    // vLLM: `CompletionRequest.max_tokens` defaults to 16 (chat's leaves the rest of the context).
+    let max_tokens =
+        check_max_tokens(&st, &req.common, None)?.or(Some(COMPLETIONS_DEFAULT_MAX_TOKENS));
     let add_special = req.common.add_special_tokens.unwrap_or(true);
     let prompt = match req.prompt {
         Prompt::Text(s) => PromptInput::Text(s),
