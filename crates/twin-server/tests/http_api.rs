@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{base, serve, sse_payloads};
+use common::{base, get_json, post_json, serve, sse_payloads, status_of};
 use serde_json::{json, Value};
 
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -16,74 +16,32 @@ async fn endpoints_answer_like_vllm() {
     let c = reqwest::Client::new();
 
     // /health, /ping, /version, /load
-    assert_eq!(
-        c.get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        c.post(format!("{url}/ping")).send().await.unwrap().status(),
-        200
-    );
-    let v: Value = c
-        .get(format!("{url}/version"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    assert_eq!(status_of(c.get(format!("{url}/health"))).await, 200);
+    assert_eq!(status_of(c.post(format!("{url}/ping"))).await, 200);
+    let v: Value = get_json(&c, format!("{url}/version")).await;
     assert_eq!(v, json!({"version": "0.34.0"}));
-    let v: Value = c
-        .get(format!("{url}/load"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = get_json(&c, format!("{url}/load")).await;
     assert_eq!(v, json!({"server_load": 0}));
 
     // /v1/models
-    let v: Value = c
-        .get(format!("{url}/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = get_json(&c, format!("{url}/v1/models")).await;
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], MODEL);
     assert_eq!(v["data"][0]["max_model_len"], 4096);
     assert_eq!(v["data"][0]["owned_by"], "vllm");
 
     // /tokenize + /detokenize round trip
-    let v: Value = c
-        .post(format!("{url}/tokenize"))
-        .json(&json!({"prompt": "Hello world", "return_token_strs": true}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/tokenize"),
+        &json!({"prompt": "Hello world", "return_token_strs": true}),
+    )
+    .await;
     assert_eq!(v["count"], 3, "{v}");
     assert_eq!(v["max_model_len"], 4096);
     assert_eq!(v["token_strs"][1], "Hello");
     let toks = v["tokens"].clone();
-    let v: Value = c
-        .post(format!("{url}/detokenize"))
-        .json(&json!({"tokens": toks}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(&c, format!("{url}/detokenize"), &json!({"tokens": toks})).await;
     assert_eq!(v["prompt"], "Hello world");
 
     // Non-streaming chat
@@ -114,15 +72,12 @@ async fn endpoints_answer_like_vllm() {
         .is_empty());
 
     // Non-streaming completion with token-id prompt, stop on EOS from --output-len 16
-    let v: Value = c
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 100}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/v1/completions"),
+        &json!({"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 100}),
+    )
+    .await;
     assert!(v["id"].as_str().unwrap().starts_with("cmpl-"), "{v}");
     assert_eq!(v["object"], "text_completion");
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
@@ -130,25 +85,19 @@ async fn endpoints_answer_like_vllm() {
     assert_eq!(v["usage"]["prompt_tokens"], 4);
 
     // min_tokens holds EOS back; stop strings cut the text
-    let v: Value = c
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({"prompt": "x", "max_tokens": 100, "min_tokens": 30}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/v1/completions"),
+        &json!({"prompt": "x", "max_tokens": 100, "min_tokens": 30}),
+    )
+    .await;
     assert_eq!(v["usage"]["completion_tokens"], 30, "{v}");
-    let v: Value = c
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({"prompt": "x", "max_tokens": 100, "ignore_eos": true, "stop": ["fox"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/v1/completions"),
+        &json!({"prompt": "x", "max_tokens": 100, "ignore_eos": true, "stop": ["fox"]}),
+    )
+    .await;
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
     assert_eq!(v["choices"][0]["stop_reason"], "fox");
     assert_eq!(v["choices"][0]["text"], "The quick brown ");
@@ -372,14 +321,7 @@ async fn errors_have_vllm_shapes_and_the_server_stays_up() {
     .await
     .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(
-        c.get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(status_of(c.get(format!("{url}/health"))).await, 200);
     srv.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -408,22 +350,8 @@ async fn api_key_guards_v1_only() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(
-        c.get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        c.get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(status_of(c.get(format!("{url}/health"))).await, 200);
+    assert_eq!(status_of(c.get(format!("{url}/metrics"))).await, 200);
     srv.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -487,40 +415,23 @@ async fn fault_toggle_and_fail_rate() {
     assert_eq!(r.status(), 500);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "InternalServerError");
-    let v: Value = c
-        .post(format!("{url}/twin/faults"))
-        .json(&json!({"fail_rate": 0.0, "unhealthy": true}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/twin/faults"),
+        &json!({"fail_rate": 0.0, "unhealthy": true}),
+    )
+    .await;
     assert_eq!(
         v,
         json!({"fail_rate": 0.0, "unhealthy": true, "engine_dead": null})
     );
-    assert_eq!(
-        c.get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
+    assert_eq!(status_of(c.get(format!("{url}/health"))).await, 503);
     c.post(format!("{url}/twin/faults"))
         .json(&json!({"unhealthy": false}))
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        c.get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(status_of(c.get(format!("{url}/health"))).await, 200);
     let r = c
         .post(format!("{url}/v1/completions"))
         .json(&json!({"prompt": "x", "max_tokens": 2}))
@@ -778,15 +689,12 @@ async fn long_prompts_are_bounded_before_tokenizing() {
         .as_u64()
         .unwrap();
     assert!(count > 20_000, "{count}");
-    let v: Value = c
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({"prompt": letters, "max_tokens": 1}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/v1/completions"),
+        &json!({"prompt": letters, "max_tokens": 1}),
+    )
+    .await;
     assert_eq!(v["usage"]["prompt_tokens"], count, "{v}");
     srv.shutdown(Duration::from_secs(5)).await;
 }
@@ -798,13 +706,7 @@ async fn a_dead_engine_fails_health_and_requests() {
     let srv = serve("--dcgm-port 0 --time-scale 0.05 --enable-faults").await;
     let url = base(&srv);
     let c = reqwest::Client::new();
-    let health = || async {
-        c.get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-    };
+    let health = || async { status_of(c.get(format!("{url}/health"))).await };
     assert_eq!(health().await, 200);
     // In flight when the engine dies (slow motion: 50 tokens take seconds).
     let mut stream = c
@@ -816,24 +718,18 @@ async fn a_dead_engine_fails_health_and_requests() {
     assert_eq!(stream.status(), 200);
     let first = stream.chunk().await.unwrap().unwrap();
     assert!(first.starts_with(b"data: {"), "{first:?}");
-    let v: Value = c
-        .post(format!("{url}/twin/faults"))
-        .json(&json!({"kill_engine": true}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/twin/faults"),
+        &json!({"kill_engine": true}),
+    )
+    .await;
     assert_eq!(
         v["engine_dead"],
         "the engine thread panicked: vllm-twin injected fault: kill_engine"
     );
     assert_eq!(health().await, 503);
-    assert_eq!(
-        c.get(format!("{url}/ping")).send().await.unwrap().status(),
-        503
-    );
+    assert_eq!(status_of(c.get(format!("{url}/ping"))).await, 503);
     let mut rest = Vec::new();
     while let Some(b) = stream.chunk().await.unwrap() {
         rest.extend_from_slice(&b);
@@ -939,14 +835,7 @@ async fn twin_controls_are_opt_in_authenticated_and_json_only() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(
-        c.get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
+    assert_eq!(status_of(c.get(format!("{url}/health"))).await, 503);
     srv.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -957,26 +846,20 @@ async fn completions_default_to_16_tokens_chat_to_the_context() {
     let srv = serve("--max-model-len 4096 --output-len 100 --time-scale 100").await;
     let url = base(&srv);
     let c = reqwest::Client::new();
-    let v: Value = c
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({"prompt": "Once upon a time"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/v1/completions"),
+        &json!({"prompt": "Once upon a time"}),
+    )
+    .await;
     assert_eq!(v["usage"]["completion_tokens"], 16, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
-    let v: Value = c
-        .post(format!("{url}/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "Once upon a time"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &c,
+        format!("{url}/v1/chat/completions"),
+        &json!({"messages": [{"role": "user", "content": "Once upon a time"}]}),
+    )
+    .await;
     assert!(
         v["usage"]["completion_tokens"].as_u64().unwrap() > 16,
         "chat is not capped at 16: {v}"

@@ -29,3 +29,29 @@ pub fn sse_payloads(body: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Send a request and read its JSON answer (whatever the status).
+pub async fn get_json(c: &reqwest::Client, url: String) -> serde_json::Value {
+    c.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// POST a JSON body and read the JSON answer (whatever the status).
+pub async fn post_json(
+    c: &reqwest::Client,
+    url: String,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    c.post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The status a request gets.
+pub async fn status_of(r: reqwest::RequestBuilder) -> u16 {
+    r.send().await.unwrap().status().as_u16()
+}
