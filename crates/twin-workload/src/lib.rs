@@ -114,6 +114,17 @@ impl WorkloadSpec {
                     ),
                 ));
             }
+            // Every group's prompt is synthesised up front: bound them together.
+            let total = sp.num_groups.checked_mul(sp.prefix_len);
+            if total.is_none_or(|t| t > MAX_REQUEST_TOKENS) {
+                return Err(spec_err(
+                    "--shared-prefix",
+                    format!(
+                        "groups={} × len={} is beyond the twin's limit of {MAX_REQUEST_TOKENS} shared-prefix tokens in all",
+                        sp.num_groups, sp.prefix_len
+                    ),
+                ));
+            }
         }
         if let Some(s) = &self.sessions {
             if !(s.think_time_s.is_finite() && (0.0..=MAX_SPAN_S).contains(&s.think_time_s)) {

@@ -1,8 +1,8 @@
 //! Inputs that once panicked, hung or ate memory (issue 17) are errors naming the place.
 
 use twin_workload::{
-    parse_trace, ArrivalProcess, ArrivalShape, Arrivals, LengthDist, RateProfile, Workload,
-    WorkloadError, WorkloadSpec, MAX_REQUEST_TOKENS,
+    parse_trace, ArrivalProcess, ArrivalShape, Arrivals, LengthDist, RateProfile, SharedPrefix,
+    Workload, WorkloadError, WorkloadSpec, MAX_REQUEST_TOKENS,
 };
 
 fn trace_err(text: &str) -> String {
@@ -130,4 +130,30 @@ fn lengths_past_the_limit_are_refused_before_any_request_exists() {
         assert!(e.to_string().contains("--input-len"), "{e}");
     }
     assert!(LengthDist::parse("--input-len", &MAX_REQUEST_TOKENS.to_string()).is_ok());
+}
+
+/// Found by fuzz/vllm_flags: `--shared-prefix groups=61088833333,len=513257` asked for
+/// 1.4 TB of group prompts before the first request. The groups are bounded together.
+#[test]
+fn shared_prefix_groups_are_bounded_together_before_they_are_synthesised() {
+    let with_groups = |num_groups, prefix_len| WorkloadSpec {
+        shared_prefix: Some(SharedPrefix {
+            num_groups,
+            prefix_len,
+            share: 0.5,
+        }),
+        ..open_spec(10.0, ArrivalShape::Poisson, 10)
+    };
+    for (groups, len) in [
+        (61_088_833_333, 513_257),
+        (usize::MAX, 2),
+        (MAX_REQUEST_TOKENS + 1, 1),
+    ] {
+        assert_eq!(
+            field_of(Workload::new(with_groups(groups, len))),
+            "--shared-prefix",
+            "groups={groups} len={len}"
+        );
+    }
+    Workload::new(with_groups(1000, 4000)).unwrap();
 }
