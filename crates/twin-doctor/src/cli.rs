@@ -46,6 +46,7 @@ fn clap_message(e: &clap::Error) -> String {
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "vllm-twin doctor",
+    bin_name = "vllm-twin doctor",
     about = "Diagnose a running vLLM from its metrics",
     after_help = "sources: a vLLM /metrics URL (scraped over --window), --prometheus URL (range queries over --since), or saved scrapes (text, OpenMetrics timelines, CSV).\nexit: 0 ok, 1 warning, 2 critical, 3 usage/input error"
 )]
@@ -113,8 +114,10 @@ struct Cli {
     /// TPOT SLO (mean).
     #[arg(long, default_value = "50ms", value_parser = duration_s("--tpot-slo"))]
     tpot_slo: f64,
+    /// Print the diagnosis as JSON (schema in docs/doctor.md).
     #[arg(long, conflicts_with = "markdown")]
     json: bool,
+    /// Print the diagnosis as Markdown (for a ticket or a pull request).
     #[arg(long)]
     markdown: bool,
     /// Re-diagnose continuously.
