@@ -138,8 +138,8 @@ struct Cli {
 }
 
 /// A clap value parser for a duration flag (`90s`, `5m`, `250ms`, plain seconds).
-fn duration_s(flag: &'static str) -> impl Fn(&str) -> Result<f64, String> + Clone {
-    move |v| twin_sim::engine_args::parse_duration_s(flag, v).map_err(|e| e.to_string())
+fn duration_s(flag: &'static str) -> impl Fn(&str) -> Result<f64, twin_sim::SimError> + Clone {
+    move |v| twin_sim::engine_args::parse_duration_s(flag, v)
 }
 
 #[derive(Debug, Default)]
