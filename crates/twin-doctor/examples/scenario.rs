@@ -35,6 +35,8 @@ fn main() {
     std::fs::write(&path, m.scrapes_openmetrics(r.duration_s)).expect("write");
     let mut dargs = vec![path.display().to_string()];
     dargs.extend(args[1..].iter().cloned());
-    let code = twin_doctor::cli::doctor_main(&dargs);
-    eprintln!("exit: {code:?}");
+    match twin_doctor::cli::doctor_main(&dargs) {
+        Ok(code) => eprintln!("exit: {code:?}"),
+        Err(e) => eprintln!("error: {}", twin_doctor::error_chain(&e)),
+    }
 }

@@ -5,16 +5,48 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::http::{HttpClient, HttpOptions};
+use crate::http::{self, HttpClient, HttpOptions};
 use crate::sources::{self, Observation};
 use crate::{analyze, render, verify, DoctorError, Options};
 
 pub const EXIT_INPUT_ERROR: u8 = 3;
 
+/// `--timeout`'s default as the flag spells it; [`http::DEFAULT_TIMEOUT`] is the same time.
+const DEFAULT_TIMEOUT_FLAG: &str = "10s";
+/// Live: the time between scrapes when `--interval` is not given.
+const DEFAULT_LIVE_INTERVAL_S: f64 = 5.0;
+
+/// A command line the doctor cannot act on.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    /// clap's own message (unknown flag, bad value), without its `error: ` prefix.
+    #[error("{}", clap_message(.0))]
+    Flags(clap::Error),
+    #[error("give one URL (or use --prometheus for many instances)")]
+    TwoUrls,
+    #[error(
+        "nothing to diagnose: give a /metrics URL, --prometheus URL or scrape files (see --help)"
+    )]
+    NoSource,
+    #[error("give one kind of source: a URL, --prometheus URL, or files")]
+    MixedSources,
+    #[error("--interval {interval_s}s is longer than --window {window_s}s")]
+    IntervalOverWindow { interval_s: f64, window_s: f64 },
+}
+
+fn clap_message(e: &clap::Error) -> String {
+    e.render()
+        .to_string()
+        .trim_end()
+        .trim_start_matches("error: ")
+        .to_string()
+}
+
 /// The flags of `vllm-twin doctor`, as clap parses them (names kept from the first release).
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "vllm-twin doctor",
+    bin_name = "vllm-twin doctor",
     about = "Diagnose a running vLLM from its metrics",
     after_help = "sources: a vLLM /metrics URL (scraped over --window), --prometheus URL (range queries over --since), or saved scrapes (text, OpenMetrics timelines, CSV).\nexit: 0 ok, 1 warning, 2 critical, 3 usage/input error"
 )]
@@ -41,7 +73,7 @@ struct Cli {
     #[arg(long, value_name = "URL|FILE")]
     dcgm: Option<String>,
     /// Per HTTP request.
-    #[arg(long, default_value = "10s", value_parser = duration_s("--timeout"))]
+    #[arg(long, default_value = DEFAULT_TIMEOUT_FLAG, value_parser = duration_s("--timeout"))]
     timeout: f64,
     /// PEM root certificate to trust besides the public roots (a cluster's private CA).
     #[arg(long, value_name = "FILE")]
@@ -82,8 +114,10 @@ struct Cli {
     /// TPOT SLO (mean).
     #[arg(long, default_value = "50ms", value_parser = duration_s("--tpot-slo"))]
     tpot_slo: f64,
+    /// Print the diagnosis as JSON (schema in docs/doctor.md).
     #[arg(long, conflicts_with = "markdown")]
     json: bool,
+    /// Print the diagnosis as Markdown (for a ticket or a pull request).
     #[arg(long)]
     markdown: bool,
     /// Re-diagnose continuously.
@@ -104,8 +138,8 @@ struct Cli {
 }
 
 /// A clap value parser for a duration flag (`90s`, `5m`, `250ms`, plain seconds).
-fn duration_s(flag: &'static str) -> impl Fn(&str) -> Result<f64, String> + Clone {
-    move |v| twin_sim::engine_args::parse_duration_s(flag, v).map_err(|e| e.to_string())
+fn duration_s(flag: &'static str) -> impl Fn(&str) -> Result<f64, twin_sim::SimError> + Clone {
+    move |v| twin_sim::engine_args::parse_duration_s(flag, v)
 }
 
 #[derive(Debug, Default)]
@@ -143,15 +177,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
             let _ = e.print();
             return Ok(None);
         }
-        Err(e) => {
-            return Err(DoctorError(
-                e.render()
-                    .to_string()
-                    .trim_end()
-                    .trim_start_matches("error: ")
-                    .to_string(),
-            ))
-        }
+        Err(e) => return Err(UsageError::Flags(e).into()),
     };
     let mut a = Args {
         prometheus: cli.prometheus,
@@ -161,6 +187,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
         dcgm: cli.dcgm,
         http: HttpOptions {
             timeout: Duration::from_secs_f64(cli.timeout),
+            max_body_bytes: http::MAX_BODY_BYTES,
             ca_cert: cli.ca_cert,
             insecure_skip_tls_verify: cli.insecure_skip_tls_verify,
             basic_auth_user: cli.basic_auth_user,
@@ -194,9 +221,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
     for p in cli.sources {
         if p.starts_with("http://") || p.starts_with("https://") {
             if a.url.is_some() {
-                return Err(DoctorError(
-                    "give one URL (or use --prometheus for many instances)".into(),
-                ));
+                return Err(UsageError::TwoUrls.into());
             }
             a.url = Some(p);
         } else {
@@ -207,20 +232,19 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
     let sources =
         a.url.is_some() as u8 + (!a.files.is_empty()) as u8 + a.prometheus.is_some() as u8;
     if sources == 0 {
-        return Err(DoctorError("nothing to diagnose: give a /metrics URL, --prometheus URL or scrape files (see --help)".into()));
+        return Err(UsageError::NoSource.into());
     }
     if sources > 1 {
-        return Err(DoctorError(
-            "give one kind of source: a URL, --prometheus URL, or files".into(),
-        ));
+        return Err(UsageError::MixedSources.into());
     }
     if a.url.is_some() {
-        let iv = interval.unwrap_or(5.0);
+        let iv = interval.unwrap_or(DEFAULT_LIVE_INTERVAL_S);
         if iv > a.window_s {
-            return Err(DoctorError(format!(
-                "--interval {iv}s is longer than --window {}s",
-                a.window_s
-            )));
+            return Err(UsageError::IntervalOverWindow {
+                interval_s: iv,
+                window_s: a.window_s,
+            }
+            .into());
         }
         a.interval_s = Some(iv);
     } else {
@@ -244,7 +268,7 @@ fn acquire(a: &Args) -> Result<Observation, DoctorError> {
         sources::scrape_live(
             u,
             Duration::from_secs_f64(a.window_s),
-            Duration::from_secs_f64(a.interval_s.unwrap_or(5.0)),
+            Duration::from_secs_f64(a.interval_s.unwrap_or(DEFAULT_LIVE_INTERVAL_S)),
             dcgm_url,
             http,
         )?
@@ -288,10 +312,11 @@ fn filter_model(obs: &mut Observation, m: &str) -> Result<(), DoctorError> {
         }
     }
     if !any {
-        return Err(DoctorError(format!(
-            "{}: no series with model_name=\"{m}\"",
-            obs.source
-        )));
+        return Err(crate::sources::InputError::NoSeriesForModel {
+            source_name: obs.source.clone(),
+            model: m.to_string(),
+        }
+        .into());
     }
     Ok(())
 }
@@ -305,26 +330,16 @@ pub fn diagnose_args(argv: &[String]) -> Result<Option<crate::Diagnosis>, Doctor
     Ok(Some(analyze(&acquire(&a)?, &a.opts)))
 }
 
-/// Entry point of `vllm-twin doctor`.
-pub fn doctor_main(argv: &[String]) -> ExitCode {
-    let a = match parse(argv) {
-        Ok(Some(a)) => a,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT_ERROR);
-        }
+/// Entry point of `vllm-twin doctor`: the diagnosis' exit code (0 ok, 1 warning,
+/// 2 critical), or the error that stopped it (its [`DoctorError::exit_code`] is 3).
+pub fn doctor_main(argv: &[String]) -> Result<ExitCode, DoctorError> {
+    let Some(a) = parse(argv)? else {
+        return Ok(ExitCode::SUCCESS);
     };
     let mut round = 0usize;
     loop {
         round += 1;
-        let obs = match acquire(&a) {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_INPUT_ERROR);
-            }
-        };
+        let obs = acquire(&a)?;
         let d = analyze(&obs, &a.opts);
         let body = if a.json {
             render::json(&d)
@@ -340,11 +355,53 @@ pub fn doctor_main(argv: &[String]) -> ExitCode {
         let _ = std::io::stdout().flush();
         let done = !a.watch || a.watch_count.is_some_and(|n| round >= n);
         if done {
-            return ExitCode::from(d.exit_code);
+            return Ok(ExitCode::from(d.exit_code));
         }
         // Live mode's window already took time; files and Prometheus wait an interval.
         if a.url.is_none() {
-            std::thread::sleep(Duration::from_secs_f64(a.interval_s.unwrap_or(5.0)));
+            std::thread::sleep(Duration::from_secs_f64(
+                a.interval_s.unwrap_or(DEFAULT_LIVE_INTERVAL_S),
+            ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_timeout_flag_is_the_client_default() {
+        let parse = duration_s("--timeout");
+        assert_eq!(
+            Duration::from_secs_f64(parse(DEFAULT_TIMEOUT_FLAG).unwrap()),
+            http::DEFAULT_TIMEOUT
+        );
+    }
+
+    #[test]
+    fn usage_errors_are_typed() {
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = |v: &[&str]| parse(&argv(v)).expect_err("an error");
+        assert!(matches!(e(&[]), DoctorError::Usage(UsageError::NoSource)));
+        assert!(matches!(
+            e(&["http://a/metrics", "http://b/metrics"]),
+            DoctorError::Usage(UsageError::TwoUrls)
+        ));
+        assert!(matches!(
+            e(&["f.prom", "--prometheus", "http://p"]),
+            DoctorError::Usage(UsageError::MixedSources)
+        ));
+        assert!(matches!(
+            e(&["http://a/metrics", "--window", "5s", "--interval", "10s"]),
+            DoctorError::Usage(UsageError::IntervalOverWindow { .. })
+        ));
+        let bad = e(&["--window", "x", "f.prom"]);
+        assert!(matches!(bad, DoctorError::Usage(UsageError::Flags(_))));
+        assert!(
+            bad.to_string().contains("--window") && !bad.to_string().starts_with("error:"),
+            "{bad}"
+        );
+        assert_eq!(bad.exit_code(), EXIT_INPUT_ERROR);
     }
 }

@@ -7,11 +7,99 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{err, DoctorError};
-
 /// The largest body the doctor reads (a big DP deployment's scrape is a few MB; a
 /// Prometheus range query over many series can be tens of MB).
 pub const MAX_BODY_BYTES: usize = 256 << 20;
+
+/// Per request, connect to last body byte, unless `--timeout` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much of a non-200 body an error quotes (Prometheus and vLLM put the reason there).
+const ERROR_BODY_CHARS: usize = 200;
+
+/// What failed while setting up the client or fetching one URL. Every variant about a
+/// request names the URL (never its password); the cause, where there is one, is the
+/// error's source.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{url}: not a URL")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error("{url}: not an http:// or https:// URL")]
+    NotHttp { url: String },
+    #[error("{url}: no host")]
+    NoHost { url: String },
+    #[error("{flag} {}: cannot read", path.display())]
+    ReadFile {
+        flag: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--ca-cert {}: not a PEM certificate", path.display())]
+    BadCaCert {
+        path: PathBuf,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("--bearer-token-file and --basic-auth-user exclude each other")]
+    AuthConflict,
+    #[error("--basic-auth-password-file needs --basic-auth-user")]
+    PasswordWithoutUser,
+    #[error("cannot build the HTTP client")]
+    Client(#[source] reqwest::Error),
+    #[error("{url}: cannot resolve host")]
+    Dns {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url}: cannot connect")]
+    Connect {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url}: TLS failed (see --ca-cert, --insecure-skip-tls-verify)")]
+    Tls {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url}: timed out after {timeout_s}s (see --timeout)")]
+    Timeout {
+        url: String,
+        timeout_s: f64,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url}: request failed")]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url}: HTTP {status}: the server refused the credentials (see --basic-auth-user, --basic-auth-password-file, --bearer-token-file)")]
+    Unauthorized { url: String, status: u16 },
+    #[error("{url}: HTTP {status}: {body_start}")]
+    Status {
+        url: String,
+        status: u16,
+        /// The first characters of the body: the server's reason.
+        body_start: String,
+    },
+    #[error("{url}: body over {limit_bytes} bytes")]
+    TooBig { url: String, limit_bytes: usize },
+    #[error("{url}: reading the body failed")]
+    Body {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// A parsed `http(s)://[user[:password]@]host[:port]/path?query` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,15 +108,19 @@ pub struct Url {
 }
 
 impl Url {
-    pub fn parse(url: &str) -> Result<Url, DoctorError> {
-        let inner = reqwest::Url::parse(url).map_err(|e| DoctorError(format!("{url}: {e}")))?;
-        if !matches!(inner.scheme(), "http" | "https") {
-            return err(format!("{url}: not an http:// or https:// URL"));
+    pub fn parse(url: &str) -> Result<Url, HttpError> {
+        let inner = reqwest::Url::parse(url).map_err(|source| HttpError::BadUrl {
+            url: mask_password(url),
+            source,
+        })?;
+        let u = Url { inner };
+        if !matches!(u.inner.scheme(), "http" | "https") {
+            return Err(HttpError::NotHttp { url: u.display() });
         }
-        if inner.host_str().is_none_or(str::is_empty) {
-            return err(format!("{url}: no host"));
+        if u.inner.host_str().is_none_or(str::is_empty) {
+            return Err(HttpError::NoHost { url: u.display() });
         }
-        Ok(Url { inner })
+        Ok(u)
     }
 
     /// The same server (and credentials) with another path and query.
@@ -69,10 +161,27 @@ impl Url {
     }
 }
 
+/// `scheme://user:secret@rest` → `scheme://user:***@rest`, for a URL that did not parse.
+fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
 /// How to reach the servers: timeouts, TLS trust and credentials (from doctor's flags).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct HttpOptions {
     pub timeout: Duration,
+    /// Bodies past this are refused (tests lower it; the CLI keeps [`MAX_BODY_BYTES`]).
+    pub max_body_bytes: usize,
     /// Extra root certificate (PEM) trusted besides the public roots: a cluster's private CA.
     pub ca_cert: Option<PathBuf>,
     /// Accept any server certificate (self-signed test setups only).
@@ -82,6 +191,20 @@ pub struct HttpOptions {
     pub basic_auth_password_file: Option<PathBuf>,
     /// A bearer token, read from a file (a Kubernetes service-account token, say).
     pub bearer_token_file: Option<PathBuf>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            timeout: DEFAULT_TIMEOUT,
+            max_body_bytes: MAX_BODY_BYTES,
+            ca_cert: None,
+            insecure_skip_tls_verify: false,
+            basic_auth_user: None,
+            basic_auth_password_file: None,
+            bearer_token_file: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -96,48 +219,51 @@ enum Auth {
 pub struct HttpClient {
     client: reqwest::blocking::Client,
     auth: Auth,
+    timeout: Duration,
+    max_body_bytes: usize,
 }
 
-fn read_secret(flag: &str, path: &PathBuf) -> Result<String, DoctorError> {
-    let s = std::fs::read_to_string(path)
-        .map_err(|e| DoctorError(format!("{flag} {}: {e}", path.display())))?;
+fn read_secret(flag: &'static str, path: &PathBuf) -> Result<String, HttpError> {
+    let s = std::fs::read_to_string(path).map_err(|source| HttpError::ReadFile {
+        flag,
+        path: path.clone(),
+        source,
+    })?;
     // Secret files usually end with a newline the secret does not contain.
     Ok(s.trim_end_matches(['\r', '\n']).to_string())
 }
 
 impl HttpClient {
-    pub fn new(o: &HttpOptions) -> Result<HttpClient, DoctorError> {
+    pub fn new(o: &HttpOptions) -> Result<HttpClient, HttpError> {
         let mut b = reqwest::blocking::Client::builder()
             .timeout(o.timeout)
             .connect_timeout(o.timeout)
             .user_agent("vllm-twin-doctor")
             .use_rustls_tls();
         if let Some(path) = &o.ca_cert {
-            let pem = std::fs::read(path)
-                .map_err(|e| DoctorError(format!("--ca-cert {}: {e}", path.display())))?;
-            let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| {
-                DoctorError(format!(
-                    "--ca-cert {}: not a PEM certificate: {e}",
-                    path.display()
-                ))
+            let pem = std::fs::read(path).map_err(|source| HttpError::ReadFile {
+                flag: "--ca-cert",
+                path: path.clone(),
+                source,
             })?;
+            let cert =
+                reqwest::Certificate::from_pem(&pem).map_err(|source| HttpError::BadCaCert {
+                    path: path.clone(),
+                    source,
+                })?;
             b = b.add_root_certificate(cert);
         }
         if o.insecure_skip_tls_verify {
             b = b.danger_accept_invalid_certs(true);
         }
-        let client = b
-            .build()
-            .map_err(|e| DoctorError(format!("cannot build the HTTP client: {e}")))?;
+        let client = b.build().map_err(HttpError::Client)?;
         let auth = match (
             &o.basic_auth_user,
             &o.basic_auth_password_file,
             &o.bearer_token_file,
         ) {
-            (Some(_), _, Some(_)) => {
-                return err("--bearer-token-file and --basic-auth-user exclude each other")
-            }
-            (None, Some(_), _) => return err("--basic-auth-password-file needs --basic-auth-user"),
+            (Some(_), _, Some(_)) => return Err(HttpError::AuthConflict),
+            (None, Some(_), _) => return Err(HttpError::PasswordWithoutUser),
             (Some(user), pw, None) => Auth::Basic {
                 user: user.clone(),
                 password: match pw {
@@ -148,12 +274,17 @@ impl HttpClient {
             (None, None, Some(t)) => Auth::Bearer(read_secret("--bearer-token-file", t)?),
             (None, None, None) => Auth::None,
         };
-        Ok(HttpClient { client, auth })
+        Ok(HttpClient {
+            client,
+            auth,
+            timeout: o.timeout,
+            max_body_bytes: o.max_body_bytes,
+        })
     }
 
     /// `GET url`; returns the body of a 200 answer, an error naming the URL (never its
     /// password) and what failed otherwise.
-    pub fn get(&self, url: &Url) -> Result<String, DoctorError> {
+    pub fn get(&self, url: &Url) -> Result<String, HttpError> {
         let shown = url.display();
         let mut target = url.inner.clone();
         // Credentials in the URL (user:password@host) are basic auth, as Prometheus reads them.
@@ -175,58 +306,86 @@ impl HttpClient {
             (Auth::Bearer(token), None) => req.bearer_auth(token),
             (Auth::None, None) => req,
         };
-        let resp = req.send().map_err(|e| DoctorError(describe(&shown, &e)))?;
-        let status = resp.status();
+        let resp = req
+            .send()
+            .map_err(|e| self.classify(shown.clone(), e.without_url()))?;
+        let status = resp.status().as_u16();
+        let too_big = || HttpError::TooBig {
+            url: shown.clone(),
+            limit_bytes: self.max_body_bytes,
+        };
         if resp
             .content_length()
-            .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+            .is_some_and(|n| n > self.max_body_bytes as u64)
         {
-            return err(format!("{shown}: body over {MAX_BODY_BYTES} bytes"));
+            return Err(too_big());
         }
         let mut body = Vec::new();
-        resp.take(MAX_BODY_BYTES as u64 + 1)
+        resp.take(self.max_body_bytes as u64 + 1)
             .read_to_end(&mut body)
-            .map_err(|e| DoctorError(format!("{shown}: read failed: {e}")))?;
-        if body.len() > MAX_BODY_BYTES {
-            return err(format!("{shown}: body over {MAX_BODY_BYTES} bytes"));
+            .map_err(|source| HttpError::Body {
+                url: shown.clone(),
+                source,
+            })?;
+        if body.len() > self.max_body_bytes {
+            return Err(too_big());
         }
         let text = String::from_utf8_lossy(&body).into_owned();
-        if status.as_u16() == 401 || status.as_u16() == 403 {
-            return err(format!(
-                "{shown}: HTTP {status}: the server refused the credentials (see --basic-auth-user, --bearer-token-file)"
-            ));
+        match status {
+            200 => Ok(text),
+            401 | 403 => Err(HttpError::Unauthorized { url: shown, status }),
+            _ => Err(HttpError::Status {
+                url: shown,
+                status,
+                body_start: text.chars().take(ERROR_BODY_CHARS).collect(),
+            }),
         }
-        if status.as_u16() != 200 {
-            let snippet: String = text.chars().take(200).collect();
-            return err(format!("{shown}: HTTP {}: {snippet}", status.as_u16()));
+    }
+
+    /// What went wrong, in the terms a user can act on (DNS, connect, TLS, timeout).
+    fn classify(&self, url: String, source: reqwest::Error) -> HttpError {
+        if source.is_timeout() {
+            return HttpError::Timeout {
+                url,
+                timeout_s: self.timeout.as_secs_f64(),
+                source,
+            };
         }
-        Ok(text)
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
+        let (mut tls, mut dns) = (false, false);
+        while let Some(c) = cause {
+            tls |= is_rustls(c);
+            // hyper-util's connector error type is private; its resolver failures read so.
+            dns |= c.to_string() == "dns error";
+            cause = c.source();
+        }
+        if tls {
+            HttpError::Tls { url, source }
+        } else if dns {
+            HttpError::Dns { url, source }
+        } else if source.is_connect() {
+            HttpError::Connect { url, source }
+        } else {
+            HttpError::Request { url, source }
+        }
     }
 }
 
-/// What went wrong, in the terms a user can act on (DNS, connect, TLS, timeout).
-fn describe(shown: &str, e: &reqwest::Error) -> String {
-    let mut causes = Vec::new();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(s) = src {
-        causes.push(s.to_string());
-        src = s.source();
+/// A rustls error, possibly inside io::Errors: rustls and tokio-rustls each wrap it in
+/// one, and io::Error's `source()` skips what it wraps, so the layers are opened by hand.
+fn is_rustls(mut e: &(dyn std::error::Error + 'static)) -> bool {
+    loop {
+        if e.is::<rustls::Error>() {
+            return true;
+        }
+        match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => e = inner,
+            None => return false,
+        }
     }
-    let chain = causes.join(": ");
-    let lower = chain.to_ascii_lowercase();
-    let what = if e.is_timeout() {
-        "timed out (see --timeout)"
-    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
-    {
-        "TLS failed (see --ca-cert, --insecure-skip-tls-verify)"
-    } else if lower.contains("dns") || lower.contains("resolve") || lower.contains("lookup") {
-        "cannot resolve host"
-    } else if e.is_connect() {
-        "cannot connect"
-    } else {
-        "request failed"
-    };
-    format!("{shown}: {what}: {chain}")
 }
 
 /// Percent-encoding for a query parameter value.
@@ -262,9 +421,18 @@ mod tests {
             u.with_path("/api/v1/query?query=up").path(),
             "/api/v1/query?query=up"
         );
-        assert!(Url::parse("h:1/x").is_err());
-        assert!(Url::parse("ftp://h/x").is_err());
-        assert!(Url::parse("http://h:x/").is_err());
+        assert!(matches!(
+            Url::parse("h:1/x"),
+            Err(HttpError::NotHttp { .. } | HttpError::BadUrl { .. })
+        ));
+        assert!(matches!(
+            Url::parse("ftp://h/x"),
+            Err(HttpError::NotHttp { .. })
+        ));
+        assert!(matches!(
+            Url::parse("http://h:x/"),
+            Err(HttpError::BadUrl { .. })
+        ));
     }
 
     #[test]
@@ -272,10 +440,43 @@ mod tests {
         let u = Url::parse("https://admin:s3cret@prom:9090/").unwrap();
         assert!(!u.display().contains("s3cret"), "{}", u.display());
         assert!(u.display().contains("admin"));
+        // Nor when the URL does not parse.
+        let e = Url::parse("https://admin:s3cret@prom:bad/").unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(e.to_string().contains("admin:***@prom:bad"), "{e}");
+        assert_eq!(mask_password("http://h/a@b"), "http://h/a@b");
+        assert_eq!(mask_password("http://u@h/"), "http://u@h/");
     }
 
     #[test]
     fn query_encoding() {
         assert_eq!(encode_query("a b{c=\"d\"}"), "a%20b%7Bc%3D%22d%22%7D");
+    }
+
+    #[test]
+    fn auth_flags_are_checked() {
+        let o = HttpOptions {
+            basic_auth_user: Some("u".into()),
+            bearer_token_file: Some("/t".into()),
+            ..Default::default()
+        };
+        assert!(matches!(HttpClient::new(&o), Err(HttpError::AuthConflict)));
+        let o = HttpOptions {
+            basic_auth_password_file: Some("/p".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            HttpClient::new(&o),
+            Err(HttpError::PasswordWithoutUser)
+        ));
+        let o = HttpOptions {
+            bearer_token_file: Some("/nonexistent/token".into()),
+            ..Default::default()
+        };
+        let e = HttpClient::new(&o).unwrap_err();
+        assert!(
+            e.to_string() == "--bearer-token-file /nonexistent/token: cannot read",
+            "{e}"
+        );
     }
 }

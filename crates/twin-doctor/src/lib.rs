@@ -25,14 +25,36 @@ pub use panels::Signals;
 pub use playbook::{Finding, Severity};
 pub use sources::{Instance, Observation, Snapshot};
 
-/// Errors that stop a diagnosis: bad input or an unreachable source. Each names the file,
-/// URL or line it is about; the CLI maps every one to exit code 3.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct DoctorError(pub String);
+/// Errors that stop a diagnosis: bad flags, bad input or an unreachable source. Each names
+/// the flag, file (and line) or URL it is about; the CLI maps every one to exit code 3.
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    #[error(transparent)]
+    Usage(#[from] cli::UsageError),
+    #[error(transparent)]
+    Input(#[from] sources::InputError),
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
+}
 
-pub(crate) fn err<T>(msg: impl Into<String>) -> Result<T, DoctorError> {
-    Err(DoctorError(msg.into()))
+impl DoctorError {
+    /// The process exit code: 3, an input error (0-2 are the diagnosis' own verdicts).
+    pub fn exit_code(&self) -> u8 {
+        cli::EXIT_INPUT_ERROR
+    }
+}
+
+/// An error and its causes on one line (`what: why: deeper why`), as the CLI prints it
+/// and as notes carry it.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 use serde::Serialize;
@@ -153,7 +175,7 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
                 &hints,
             ) {
                 Ok(v) => verifies.push(v),
-                Err(e) => notes.push(format!("{}: {e}", inst.name)),
+                Err(e) => notes.push(format!("{}: {}", inst.name, error_chain(&e))),
             }
         }
         findings.extend(f);

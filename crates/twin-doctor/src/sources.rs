@@ -11,7 +11,85 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use twin_metrics::parser::{self, FamilyMeta, Sample, Scrape};
 
 use crate::http::{self, HttpClient, Url};
-use crate::{err, DoctorError};
+use crate::DoctorError;
+
+/// What is wrong with an input: a file, a CSV, a scrape, a Prometheus answer. Each names the
+/// file (and line) or URL.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{path}: cannot read")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not UTF-8 text (byte {valid_up_to})")]
+    NotUtf8 { path: String, valid_up_to: usize },
+    #[error("{name}: empty file")]
+    Empty { name: String },
+    #[error("{name}: line {line}: {message} (and no vLLM metrics found)")]
+    NoVllmBadLine {
+        name: String,
+        line: usize,
+        message: String,
+    },
+    #[error("{name}: no vLLM metrics (vllm:* or vllm_*) found")]
+    NoVllmMetrics { name: String },
+    #[error("{name}: empty CSV")]
+    CsvEmpty { name: String },
+    #[error("{name}: line {line}: {cells} cells, the header has {header_cells}")]
+    CsvCells {
+        name: String,
+        line: usize,
+        cells: usize,
+        header_cells: usize,
+    },
+    #[error("{name}: line {line}: bad time {value:?}")]
+    CsvTime {
+        name: String,
+        line: usize,
+        value: String,
+    },
+    #[error("{name}: line {line}: bad value {value:?} for {column}")]
+    CsvValue {
+        name: String,
+        line: usize,
+        column: String,
+        value: String,
+    },
+    #[error("{name}: CSV has a header but no rows")]
+    CsvNoRows { name: String },
+    #[error("{source_name}: the scrapes carry no timestamps and share one modification time; pass --interval (the time between them)")]
+    NoTimes { source_name: String },
+    #[error("{source_name}: no series with model_name=\"{model}\"")]
+    NoSeriesForModel { source_name: String, model: String },
+    #[error("{url}: the answer holds no vLLM metrics (is this a vLLM /metrics endpoint?)")]
+    NotVllmEndpoint { url: String },
+    #[error("{url}: not JSON")]
+    NotJson {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{url}: Prometheus says: {error}")]
+    PrometheusSays { url: String, error: String },
+    #[error("{url}: no data.result in the answer")]
+    NoResult { url: String },
+    #[error("{url}: Prometheus has no vllm:* series in the last {since_s}s{}", model.as_ref().map(|m| format!(" for model_name=\"{m}\"")).unwrap_or_default())]
+    NoPrometheusSeries {
+        url: String,
+        since_s: u64,
+        model: Option<String>,
+    },
+    #[error("{name}: line {line}: {message}")]
+    DcgmBadLine {
+        name: String,
+        line: usize,
+        message: String,
+    },
+    #[error("{name}: no DCGM_FI_* metrics found")]
+    NoDcgm { name: String },
+}
 
 /// One scrape of one instance at time `t_s` (unix seconds, or seconds since the first
 /// scrape when the source has no clock).
@@ -240,23 +318,25 @@ pub fn parse_file_text(
     name: &str,
     text: &str,
     notes: &mut Vec<String>,
-) -> Result<Vec<(Option<f64>, Scrape)>, DoctorError> {
+) -> Result<Vec<(Option<f64>, Scrape)>, InputError> {
+    let name = name.to_string();
     if text.trim().is_empty() {
-        return err(format!("{name}: empty file"));
+        return Err(InputError::Empty { name });
     }
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if first.starts_with("time [s]") || first.starts_with("time_s,") || first.starts_with("t_s,") {
-        return parse_csv_timeseries(name, text);
+        return parse_csv_timeseries(&name, text);
     }
     let (scrape, errors) = parser::parse_lossy(text);
     if !has_vllm(&scrape) && !scrape.samples.iter().any(|x| is_dcgm(&x.name)) {
-        return match errors.first() {
-            Some(e) => err(format!(
-                "{name}: line {}: {} (and no vLLM metrics found)",
-                e.line, e.message
-            )),
-            None => err(format!("{name}: no vLLM metrics (vllm:* or vllm_*) found")),
-        };
+        return Err(match errors.first() {
+            Some(e) => InputError::NoVllmBadLine {
+                name,
+                line: e.line,
+                message: e.message.clone(),
+            },
+            None => InputError::NoVllmMetrics { name },
+        });
     }
     for e in errors.iter().take(MAX_LINE_NOTES) {
         notes.push(format!("{name}: line {}: skipped: {}", e.line, e.message));
@@ -276,14 +356,14 @@ pub fn parse_file_text(
 pub fn parse_csv_timeseries(
     name: &str,
     text: &str,
-) -> Result<Vec<(Option<f64>, Scrape)>, DoctorError> {
+) -> Result<Vec<(Option<f64>, Scrape)>, InputError> {
     let mut lines = text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
-    let (_, header) = lines
-        .next()
-        .ok_or_else(|| DoctorError(format!("{name}: empty CSV")))?;
+    let (_, header) = lines.next().ok_or_else(|| InputError::CsvEmpty {
+        name: name.to_string(),
+    })?;
     let cols: Vec<String> = header
         .split(',')
         .skip(1)
@@ -316,21 +396,25 @@ pub fn parse_csv_timeseries(
     for (i, line) in lines {
         let cells: Vec<&str> = line.split(',').collect();
         if cells.len() != cols.len() + 1 {
-            return err(format!(
-                "{name}: line {}: {} cells, the header has {}",
-                i + 1,
-                cells.len(),
-                cols.len() + 1
-            ));
+            return Err(InputError::CsvCells {
+                name: name.to_string(),
+                line: i + 1,
+                cells: cells.len(),
+                header_cells: cols.len() + 1,
+            });
         }
-        let t: f64 = cells[0]
-            .trim()
-            .parse()
-            .map_err(|_| DoctorError(format!("{name}: line {}: bad time {:?}", i + 1, cells[0])))?;
+        let t: f64 = cells[0].trim().parse().map_err(|_| InputError::CsvTime {
+            name: name.to_string(),
+            line: i + 1,
+            value: cells[0].to_string(),
+        })?;
         let mut samples = Vec::with_capacity(cols.len());
         for (c, v) in cols.iter().zip(&cells[1..]) {
-            let value = parser::parse_value(v.trim()).ok_or_else(|| {
-                DoctorError(format!("{name}: line {}: bad value {v:?} for {c}", i + 1))
+            let value = parser::parse_value(v.trim()).ok_or_else(|| InputError::CsvValue {
+                name: name.to_string(),
+                line: i + 1,
+                column: c.clone(),
+                value: v.to_string(),
             })?;
             samples.push(Sample {
                 name: c.clone(),
@@ -350,7 +434,9 @@ pub fn parse_csv_timeseries(
         ));
     }
     if out.is_empty() {
-        return err(format!("{name}: CSV has a header but no rows"));
+        return Err(InputError::CsvNoRows {
+            name: name.to_string(),
+        });
     }
     Ok(out)
 }
@@ -362,7 +448,7 @@ fn mtime_s(path: &str) -> Option<f64> {
 
 /// Load saved scrapes. Untimed scrapes are placed `interval_s` apart in argument order
 /// when given, else at their files' modification times.
-pub fn load_files(paths: &[String], interval_s: Option<f64>) -> Result<Observation, DoctorError> {
+pub fn load_files(paths: &[String], interval_s: Option<f64>) -> Result<Observation, InputError> {
     let mut obs = Observation {
         source: paths.join(", "),
         ..Default::default()
@@ -370,12 +456,13 @@ pub fn load_files(paths: &[String], interval_s: Option<f64>) -> Result<Observati
     let mut snaps: Vec<Snapshot> = Vec::new();
     let mut untimed_idx = 0usize;
     for p in paths {
-        let bytes = std::fs::read(p).map_err(|e| DoctorError(format!("{p}: cannot read: {e}")))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            DoctorError(format!(
-                "{p}: not UTF-8 text (byte {})",
-                e.utf8_error().valid_up_to()
-            ))
+        let bytes = std::fs::read(p).map_err(|source| InputError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| InputError::NotUtf8 {
+            path: p.clone(),
+            valid_up_to: e.utf8_error().valid_up_to(),
         })?;
         for (t, scrape) in parse_file_text(p, &text, &mut obs.notes)? {
             let t_s = match (t, interval_s) {
@@ -396,7 +483,7 @@ pub fn load_files(paths: &[String], interval_s: Option<f64>) -> Result<Observati
         }
     }
     if snaps.is_empty() {
-        return err(format!("{}: no vLLM metrics found", obs.source));
+        return Err(InputError::NoVllmMetrics { name: obs.source });
     }
     snaps.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
     // Two untimed files with the same modification time (copied together) give no rate.
@@ -407,10 +494,9 @@ pub fn load_files(paths: &[String], interval_s: Option<f64>) -> Result<Observati
             ts.len()
         };
         if n_distinct == 1 && !has_instance_label(&snaps) {
-            return err(format!(
-                "{}: the scrapes carry no timestamps and share one modification time; pass --interval (the time between them)",
-                obs.source
-            ));
+            return Err(InputError::NoTimes {
+                source_name: obs.source,
+            });
         }
     }
     obs.dcgm.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
@@ -498,9 +584,10 @@ pub fn scrape_live(
                     .push(format!("{url}: line {}: skipped: {}", e.line, e.message));
             }
             if !has_vllm(&scrape) {
-                return err(format!(
-                    "{url}: the answer holds no vLLM metrics (is this a vLLM /metrics endpoint?)"
-                ));
+                return Err(InputError::NotVllmEndpoint {
+                    url: url.to_string(),
+                }
+                .into());
             }
         }
         snaps.push(Snapshot {
@@ -513,7 +600,7 @@ pub fn scrape_live(
                     t_s,
                     scrape: parser::parse_lossy(&b).0,
                 }),
-                Err(e) if i == 0 => obs.notes.push(format!("DCGM: {e}")),
+                Err(e) if i == 0 => obs.notes.push(format!("DCGM: {}", crate::error_chain(&e))),
                 Err(_) => {}
             }
         }
@@ -525,20 +612,28 @@ pub fn scrape_live(
 // ------------------------------------------------------------------ Prometheus
 
 /// Samples of a Prometheus `matrix` / `vector` answer, each with its timestamp (unix s).
-fn prom_samples(url: &str, body: &str) -> Result<Vec<(f64, Sample)>, DoctorError> {
+fn prom_samples(url: &str, body: &str) -> Result<Vec<(f64, Sample)>, InputError> {
     let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| DoctorError(format!("{url}: not JSON: {e}")))?;
+        serde_json::from_str(body).map_err(|source| InputError::NotJson {
+            url: url.to_string(),
+            source,
+        })?;
     if v.get("status").and_then(|s| s.as_str()) != Some("success") {
         let e = v
             .get("error")
             .and_then(|s| s.as_str())
             .unwrap_or("unknown error");
-        return err(format!("{url}: Prometheus says: {e}"));
+        return Err(InputError::PrometheusSays {
+            url: url.to_string(),
+            error: e.to_string(),
+        });
     }
     let result = v
         .pointer("/data/result")
         .and_then(|r| r.as_array())
-        .ok_or_else(|| DoctorError(format!("{url}: no data.result in the answer")))?;
+        .ok_or_else(|| InputError::NoResult {
+            url: url.to_string(),
+        })?;
     let mut out = Vec::new();
     for series in result {
         let metric = series.get("metric").and_then(|m| m.as_object());
@@ -650,7 +745,7 @@ pub fn query_prometheus(
             http::encode_query(q)
         );
         let u = b.with_path(&path);
-        prom_samples(&u.display(), &http.get(&u)?)
+        Ok(prom_samples(&u.display(), &http.get(&u)?)?)
     };
     let mut obs = Observation {
         source: format!("prometheus {base} (last {}s)", since.as_secs()),
@@ -680,18 +775,17 @@ pub fn query_prometheus(
         }
     }
     if points.is_empty() {
-        return err(format!(
-            "{base}: Prometheus has no vllm:* series in the last {}s{}",
-            since.as_secs(),
-            model
-                .map(|m| format!(" for model_name=\"{m}\""))
-                .unwrap_or_default()
-        ));
+        return Err(InputError::NoPrometheusSeries {
+            url: base.to_string(),
+            since_s: since.as_secs(),
+            model: model.map(str::to_string),
+        }
+        .into());
     }
     match range("{__name__=~\"DCGM_FI_.+\"}") {
         Ok(d) if !d.is_empty() => obs.dcgm = group_points(d),
         Ok(_) => {}
-        Err(e) => obs.notes.push(format!("DCGM: {e}")),
+        Err(e) => obs.notes.push(format!("DCGM: {}", crate::error_chain(&e))),
     }
     obs.instances = split_instances(group_points(points), "prometheus");
     Ok(obs)
@@ -706,14 +800,22 @@ pub fn load_dcgm(src: &str, http: &HttpClient) -> Result<Vec<Snapshot>, DoctorEr
             scrape: parser::parse_lossy(&body).0,
         }]);
     }
-    let text = std::fs::read_to_string(src)
-        .map_err(|e| DoctorError(format!("{src}: cannot read: {e}")))?;
+    let text = std::fs::read_to_string(src).map_err(|source| InputError::Read {
+        path: src.to_string(),
+        source,
+    })?;
     let (s, errors) = parser::parse_lossy(&text);
     if !s.samples.iter().any(|x| is_dcgm(&x.name)) {
-        return match errors.first() {
-            Some(e) => err(format!("{src}: line {}: {}", e.line, e.message)),
-            None => err(format!("{src}: no DCGM_FI_* metrics found")),
-        };
+        let name = src.to_string();
+        return Err(match errors.first() {
+            Some(e) => InputError::DcgmBadLine {
+                name,
+                line: e.line,
+                message: e.message.clone(),
+            },
+            None => InputError::NoDcgm { name },
+        }
+        .into());
     }
     Ok(split_timeline(s)
         .into_iter()
@@ -753,9 +855,20 @@ mod tests {
     fn bad_files_name_the_line() {
         let mut notes = Vec::new();
         let e = parse_file_text("f.prom", "garbage here {\n", &mut notes).unwrap_err();
-        assert!(e.0.starts_with("f.prom: line 1"), "{e}");
+        assert!(
+            matches!(e, InputError::NoVllmBadLine { line: 1, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("f.prom: line 1"), "{e}");
         let e = parse_file_text("f.csv", "time [s],a_total\n1,x\n", &mut notes).unwrap_err();
-        assert!(e.0.contains("f.csv: line 2"), "{e}");
-        assert!(parse_file_text("e", "  \n", &mut notes).is_err());
+        assert!(
+            matches!(&e, InputError::CsvValue { line: 2, column, .. } if column == "vllm:a_total"),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("f.csv: line 2"), "{e}");
+        assert!(matches!(
+            parse_file_text("e", "  \n", &mut notes),
+            Err(InputError::Empty { .. })
+        ));
     }
 }

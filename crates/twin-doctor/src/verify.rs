@@ -10,8 +10,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use twin_cost::{CostError, StartupErrorKind};
 use twin_sim::engine_args::parse_simulate_args;
-use twin_sim::{Report, ReportBuilder, Slo};
+use twin_sim::{Report, ReportBuilder, SimError, Slo};
 
 use crate::panels::Signals;
 use crate::playbook::{budget_bound, Finding, Thresholds};
@@ -96,15 +97,35 @@ pub struct VerifyReport {
 const DEFAULT_MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 const DEFAULT_GPU: &str = "h100-sxm";
 
-fn simulate(args: &[String]) -> Result<Report, String> {
+/// Why `--verify` produced no report for an instance (the diagnosis goes on without it).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("verify: the twin cannot run the fitted configuration")]
+    Unrunnable(#[source] SimError),
+}
+
+fn simulate(args: &[String]) -> Result<Report, SimError> {
     let a = parse_simulate_args(args, &|p| {
         Err(format!("doctor verify reads no files ({p})"))
-    })
-    .map_err(|e| e.to_string())?;
-    let startup = twin_sim::startup(&a.config).map_err(|e| e.to_string())?;
+    })?;
+    let startup = twin_sim::startup(&a.config)?;
     let mut b = ReportBuilder::new(Slo::default());
-    twin_sim::run(&a.config, &startup, &mut b).map_err(|e| e.to_string())?;
+    twin_sim::run(&a.config, &startup, &mut b)?;
     Ok(b.finish(a.config.data_parallel_size))
+}
+
+/// vLLM refused to start because the context does not fit: one max_model_len request
+/// over the KV pool (`_check_enough_kv_cache_memory`), nothing to auto-fit, or a length
+/// past the model's own.
+fn context_too_long(e: &SimError) -> bool {
+    match e {
+        SimError::Cost(CostError::Startup { kind, .. }) => matches!(
+            kind,
+            StartupErrorKind::MaxModelLenTooLong | StartupErrorKind::CannotAutoFit
+        ),
+        SimError::Cost(CostError::InvalidConfig { field, .. }) => *field == "max_model_len",
+        _ => false,
+    }
 }
 
 fn planned_blocks(args: &[String]) -> Option<f64> {
@@ -568,14 +589,14 @@ pub fn verify(
     serve: &[String],
     ctx: &Ctx,
     hints: &Hints,
-) -> Result<VerifyReport, String> {
+) -> Result<VerifyReport, VerifyError> {
     let mut notes = Vec::new();
     let mut base = fit(sig, findings, serve, ctx, hints, &mut notes);
     let before = match simulate(&base) {
         Ok(r) => r,
         // A pool pinned small cannot hold the model's default context: vLLM would refuse
         // to start, so the server we saw must run with a shorter --max-model-len.
-        Err(e) if e.contains("max_model_len") || e.contains("max-model-len") => {
+        Err(e) if context_too_long(&e) => {
             let tokens = sig.cache_u64("num_gpu_blocks").unwrap_or(0)
                 * sig.cache_u64("block_size").unwrap_or(16);
             let m = (tokens / 2).clamp(2048, 32768);
@@ -583,14 +604,9 @@ pub fn verify(
                 "--max-model-len {m} assumed (the default does not fit the observed pool)"
             ));
             base = with_flag(&base, "--max-model-len", &m.to_string());
-            simulate(&base)
-                .map_err(|e| format!("verify: the twin cannot run the fitted configuration: {e}"))?
+            simulate(&base).map_err(VerifyError::Unrunnable)?
         }
-        Err(e) => {
-            return Err(format!(
-                "verify: the twin cannot run the fitted configuration: {e}"
-            ))
-        }
+        Err(e) => return Err(VerifyError::Unrunnable(e)),
     };
     let before = infer_budget(sig, findings, th, ctx, &mut base, before, &mut notes);
     let mut fitq = BTreeMap::new();

@@ -7,10 +7,12 @@ use common::*;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+
 use std::process::ExitCode;
 
-use twin_doctor::sources::{self, Instance, Observation};
-use twin_doctor::{analyze, Options};
+use twin_doctor::http::HttpError;
+use twin_doctor::sources::{self, InputError, Instance, Observation};
+use twin_doctor::{analyze, error_chain, DoctorError, Options};
 
 fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -77,28 +79,35 @@ fn bad_input_is_exit_3_naming_the_file() {
     let bad = dir.join("doctor-bad.prom");
     std::fs::write(&bad, "this is { not metrics\n").unwrap();
     let e = twin_doctor::cli::diagnose_args(&args(&[bad.to_str().unwrap()])).unwrap_err();
-    assert!(e.0.contains("doctor-bad.prom: line 1"), "{e}");
-    assert_eq!(
-        twin_doctor::cli::doctor_main(&args(&[bad.to_str().unwrap()])),
-        ExitCode::from(3)
+    assert!(e.to_string().contains("doctor-bad.prom: line 1"), "{e}");
+    let exit = |v: &[&str]| match twin_doctor::cli::doctor_main(&args(v)) {
+        Ok(code) => panic!("doctor {v:?} gave {code:?}, not an error"),
+        Err(e) => e.exit_code(),
+    };
+    assert_eq!(exit(&[bad.to_str().unwrap()]), 3);
+    assert_eq!(exit(&["/nonexistent/x.prom"]), 3);
+    assert_eq!(exit(&["--bogus"]), 3);
+    assert_eq!(exit(&[]), 3);
+    assert_eq!(exit(&["--window", "x", "http://127.0.0.1:1/metrics"]), 3);
+    let e = twin_doctor::cli::diagnose_args(&args(&["/nonexistent/x.prom"])).unwrap_err();
+    assert!(
+        matches!(e, DoctorError::Input(InputError::Read { .. })),
+        "{e:?}"
     );
-    assert_eq!(
-        twin_doctor::cli::doctor_main(&args(&["/nonexistent/x.prom"])),
-        ExitCode::from(3)
-    );
-    assert_eq!(
-        twin_doctor::cli::doctor_main(&args(&["--bogus"])),
-        ExitCode::from(3)
-    );
-    assert_eq!(twin_doctor::cli::doctor_main(&args(&[])), ExitCode::from(3));
-    assert_eq!(
-        twin_doctor::cli::doctor_main(&args(&["--window", "x", "http://127.0.0.1:1/metrics"])),
-        ExitCode::from(3)
+    assert!(
+        error_chain(&e).starts_with("/nonexistent/x.prom: cannot read: No such file"),
+        "{}",
+        error_chain(&e)
     );
     // https is spoken (rustls); an unknown host is named as such.
     let e = twin_doctor::cli::diagnose_args(&args(&["https://nonexistent.invalid/metrics"]))
         .unwrap_err();
-    assert!(e.0.contains("cannot resolve host"), "{e}");
+    assert!(
+        matches!(e, DoctorError::Http(HttpError::Dns { .. })),
+        "{}",
+        error_chain(&e)
+    );
+    assert!(e.to_string().contains("cannot resolve host"), "{e}");
     let e = twin_doctor::cli::diagnose_args(&args(&[
         "http://127.0.0.1:1/metrics",
         "--window",
@@ -107,12 +116,21 @@ fn bad_input_is_exit_3_naming_the_file() {
         "500ms",
     ]))
     .unwrap_err();
-    assert!(e.0.contains("http://127.0.0.1:1/metrics"), "{e}");
+    assert!(
+        matches!(e, DoctorError::Http(HttpError::Connect { .. })),
+        "{}",
+        error_chain(&e)
+    );
+    assert!(
+        e.to_string()
+            .starts_with("http://127.0.0.1:1/metrics: cannot connect"),
+        "{e}"
+    );
     // A CSV with a bad cell names the line.
     let csv = dir.join("doctor-bad.csv");
     std::fs::write(&csv, "time [s],num_requests_running\n0,1\n1,oops\n").unwrap();
     let e = twin_doctor::cli::diagnose_args(&args(&[csv.to_str().unwrap()])).unwrap_err();
-    assert!(e.0.contains("doctor-bad.csv: line 3"), "{e}");
+    assert!(e.to_string().contains("doctor-bad.csv: line 3"), "{e}");
     // Garbage in the middle of a good file is skipped with a note, not a panic.
     let mut text =
         std::fs::read_to_string(fixture("02_v0.5.0_opt-125m_datadog-fixture.prom")).unwrap();
@@ -134,7 +152,7 @@ fn outputs_and_exit_codes() {
     let f = scenario("out-kv", "--gpu-memory-utilization 0.5 --max-concurrency 256 --input-len 3000 --output-len 300 --num-requests 800");
     let p = f.to_str().unwrap();
     assert_eq!(
-        twin_doctor::cli::doctor_main(&args(&[p, "--json"])),
+        twin_doctor::cli::doctor_main(&args(&[p, "--json"])).unwrap(),
         ExitCode::from(2)
     );
     let d = doctor(&[p]);
@@ -161,12 +179,13 @@ fn outputs_and_exit_codes() {
             "--interval",
             "10ms",
             "--markdown"
-        ])),
+        ]))
+        .unwrap(),
         ExitCode::from(2)
     );
     let h = scenario("out-healthy", "--request-rate 5 --num-requests 300");
     assert_eq!(
-        twin_doctor::cli::doctor_main(&args(&[h.to_str().unwrap()])),
+        twin_doctor::cli::doctor_main(&args(&[h.to_str().unwrap()])).unwrap(),
         ExitCode::SUCCESS
     );
     assert!(twin_doctor::cli::diagnose_args(&args(&["--help"]))
@@ -464,7 +483,8 @@ fn prometheus_range_queries_per_instance() {
     ]))
     .unwrap_err();
     assert!(
-        e.0.contains("Prometheus says: bad query") && e.0.contains(&port.to_string()),
+        matches!(&e, DoctorError::Input(InputError::PrometheusSays { error, .. }) if error == "bad query")
+            && e.to_string().contains(&port.to_string()),
         "{e}"
     );
 }

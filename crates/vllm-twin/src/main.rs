@@ -143,7 +143,13 @@ fn main() -> ExitCode {
         Command::Simulate { args } => simulate::run(&args),
         Command::Serve { args } => Ok(twin_server::cli::serve_main(&args)),
         Command::BenchServe { args } => Ok(twin_server::cli::bench_serve_main(&args)),
-        Command::Doctor { args } => Ok(twin_doctor::cli::doctor_main(&args)),
+        Command::Doctor { args } => match twin_doctor::cli::doctor_main(&args) {
+            Ok(code) => Ok(code),
+            Err(e) => {
+                eprintln!("error: {}", twin_doctor::error_chain(&e));
+                Ok(ExitCode::from(e.exit_code()))
+            }
+        },
         Command::Sandbox { args } => Ok(twin_sandbox::cli::sandbox_main(&args)),
         Command::Kit {
             out,

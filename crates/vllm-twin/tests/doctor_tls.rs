@@ -1,8 +1,8 @@
 //! The doctor against a production-shaped Prometheus: Debian's Prometheus serving a
 //! backfilled simulation over HTTPS (a certificate from a private CA made here with rcgen)
 //! behind basic auth (a bcrypt hash in its web config). The doctor reads it with the CA and
-//! the password from a file; a wrong password and a missing CA are refused with errors that
-//! say which.
+//! the password from a file (or in the URL); a wrong password and a missing CA are refused
+//! with errors that say which.
 
 mod common;
 
@@ -168,13 +168,70 @@ fn doctor_reads_prometheus_over_tls_with_basic_auth() {
             String::from_utf8_lossy(&ok.stdout)
         )
     });
+    let ok_scrapes = report["panels"][0]["num_scrapes"].clone();
     assert!(
         report["findings"].is_array(),
         "a diagnosis of the backfilled run: {report}"
     );
     assert!(
+        report["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(&format!("prometheus {url}"))),
+        "{}",
+        report["source"]
+    );
+    assert!(
+        report["panels"][0]["num_scrapes"]
+            .as_u64()
+            .is_some_and(|n| n > 1),
+        "the backfilled series came through the range query: {}",
+        report["panels"][0]
+    );
+    assert!(
         !String::from_utf8_lossy(&ok.stdout).contains("s3cret-pw"),
         "the password never reaches the report"
+    );
+
+    // user:password@ in the URL, as Prometheus' own clients take it; never echoed.
+    let with_creds = format!("https://twin:s3cret-pw@127.0.0.1:{port}");
+    let o = twin(&[
+        "doctor",
+        "--prometheus",
+        &with_creds,
+        "--since",
+        "15m",
+        "--prometheus-end",
+        &end,
+        "--json",
+        "--ca-cert",
+        &ca,
+    ]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(o.status.code(), Some(3), "{out}");
+    assert!(!out.contains("s3cret-pw"), "{out}");
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        report["panels"][0]["num_scrapes"], ok_scrapes,
+        "the same data with the credentials in the URL"
+    );
+
+    // A self-signed setup without the CA at hand.
+    let o = doctor(&[
+        "--insecure-skip-tls-verify",
+        "--basic-auth-user",
+        "twin",
+        "--basic-auth-password-file",
+        &pw,
+    ]);
+    assert_ne!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
 
     let wrong_pw = p("wrong");
@@ -189,9 +246,11 @@ fn doctor_reads_prometheus_over_tls_with_basic_auth() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(3), "{err}");
     assert!(
-        err.contains("401"),
-        "a wrong password is named as such: {err}"
+        err.contains(&format!("{url}/api/v1/query_range"))
+            && err.contains("HTTP 401: the server refused the credentials"),
+        "a wrong password is named as such, with the URL: {err}"
     );
+    assert!(!err.contains("not-it"), "{err}");
 
     let untrusted = doctor(&[
         "--basic-auth-user",
@@ -202,7 +261,7 @@ fn doctor_reads_prometheus_over_tls_with_basic_auth() {
     let err = String::from_utf8_lossy(&untrusted.stderr);
     assert_eq!(untrusted.status.code(), Some(3), "{err}");
     assert!(
-        err.contains("TLS"),
+        err.contains("TLS failed (see --ca-cert") && err.contains("invalid peer certificate"),
         "an unknown CA is named as a TLS failure: {err}"
     );
 
@@ -216,6 +275,11 @@ fn doctor_reads_prometheus_over_tls_with_basic_auth() {
         "--timeout",
         "5s",
     ]);
-    assert_eq!(plain.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert_eq!(plain.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("HTTP 400"),
+        "Prometheus' answer to http on its TLS port: {err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
