@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 
 use crate::config::{ConfigError, SchedulerConfig};
+use crate::kv_cache::KvCacheEvent;
 use crate::request::{NewRequest, RequestStatus, TokenId};
 use crate::sched::{EngineCoreOutputs, ModelRunnerOutput, ReqHandle, Scheduler, SchedulerOutput};
 
@@ -100,6 +101,16 @@ impl EngineCore {
     /// [`Scheduler::end_all_coasts`].
     pub fn end_all_coasts(&mut self) {
         self.scheduler.end_all_coasts();
+    }
+
+    /// [`Scheduler::enable_kv_cache_events`].
+    pub fn enable_kv_cache_events(&mut self) {
+        self.scheduler.enable_kv_cache_events();
+    }
+
+    /// [`Scheduler::take_kv_cache_events`]: the cache changes since the last call.
+    pub fn take_kv_cache_events(&mut self, out: &mut Vec<KvCacheEvent>) {
+        self.scheduler.take_kv_cache_events(out);
     }
 
     /// Client abort. Returns whether the request was still unfinished.

@@ -2,8 +2,11 @@
 //! step's duration from the cost model. vLLM's latency intervals are computed the way
 //! `vllm/v1/metrics/stats.py` computes them (see [`RequestTimes`]).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use twin_cost::{BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod};
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
+
 use twin_engine::{EngineCore, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy};
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
@@ -151,7 +154,7 @@ struct TrackedCold {
     outputs: Vec<u32>,
 }
 
-struct EngineSlot {
+pub(crate) struct EngineSlot {
     core: EngineCore,
     runner: SyntheticModelRunner,
     cost: CostModel,
@@ -165,20 +168,22 @@ struct EngineSlot {
     tracked_cold: Vec<Option<TrackedCold>>,
     decode: Vec<DecodeState>,
     num_in_system: usize,
+    /// The frontend's limit: longer prompts are refused before they reach the engine.
+    max_model_len: usize,
+    /// Bumped each time the engine is queued in [`Engines`]; older queue entries are stale.
+    queue_generation: u32,
 }
 
-/// Run the simulation to completion, reporting to `observer`.
-pub fn run(
-    cfg: &SimConfig,
-    startup: &Startup,
-    observer: &mut dyn Observer,
-) -> Result<(), SimError> {
-    let mut workload = Workload::new(cfg.workload.clone())?;
-    let dp = cfg.data_parallel_size.max(1);
-    let mut engines = Vec::with_capacity(dp);
-    for e in 0..dp {
+impl EngineSlot {
+    /// A started engine: `rank` is its data-parallel rank, `seed` the replica's seed.
+    pub(crate) fn new(
+        cfg: &SimConfig,
+        startup: &Startup,
+        rank: usize,
+        seed: u64,
+    ) -> Result<Self, SimError> {
         let mut runner =
-            SyntheticModelRunner::new(cfg.seed ^ (e as u64) << 32, cfg.model.vocab_size as u32);
+            SyntheticModelRunner::new(seed ^ (rank as u64) << 32, cfg.model.vocab_size as u32);
         if let Some(s) = &startup.plan.config.speculative {
             runner.acceptance_per_position = (0..s.num_speculative_tokens as usize)
                 .map(|i| s.acceptance(i))
@@ -196,7 +201,7 @@ pub fn run(
                 core.enable_coasting(tokens);
             }
         }
-        engines.push(EngineSlot {
+        Ok(EngineSlot {
             core,
             runner,
             cost,
@@ -208,117 +213,265 @@ pub fn run(
             tracked_cold: Vec::new(),
             decode: Vec::new(),
             num_in_system: 0,
-        });
+            max_model_len: startup.scheduler.max_model_len,
+            queue_generation: 0,
+        })
     }
-    let max_model_len = startup.scheduler.max_model_len;
+
+    pub(crate) fn core(&self) -> &EngineCore {
+        &self.core
+    }
+
+    pub(crate) fn core_mut(&mut self) -> &mut EngineCore {
+        &mut self.core
+    }
+
+    /// Requests added and not yet finished.
+    pub(crate) fn num_in_system(&self) -> usize {
+        self.num_in_system
+    }
+}
+
+/// A time as a heap key: simulated times are finite, ordered by `total_cmp`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct TimeKey(f64);
+
+impl Eq for TimeKey {}
+
+impl PartialOrd for TimeKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for TimeKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Every engine of the run (a fleet's replicas' DP ranks, in order), with the ones that
+/// have work queued by their next step time: the earliest first, the lowest index on a tie.
+#[derive(Default)]
+pub(crate) struct Engines {
+    pub(crate) slots: Vec<EngineSlot>,
+    next_step: BinaryHeap<Reverse<(TimeKey, usize, u32)>>,
+}
+
+impl Engines {
+    pub(crate) fn push(&mut self, slot: EngineSlot) -> usize {
+        self.slots.push(slot);
+        self.slots.len() - 1
+    }
+
+    /// Queue engine `e` at its clock if it has work (after anything that changed either).
+    fn requeue(&mut self, e: usize) {
+        let slot = &mut self.slots[e];
+        slot.queue_generation = slot.queue_generation.wrapping_add(1);
+        if slot.core.has_work() {
+            self.next_step
+                .push(Reverse((TimeKey(slot.clock_s), e, slot.queue_generation)));
+        }
+    }
+
+    /// The engine that steps next and when, dropping stale queue entries.
+    fn peek_next(&mut self) -> Option<(usize, f64)> {
+        while let Some(&Reverse((TimeKey(t), e, generation))) = self.next_step.peek() {
+            if self.slots[e].queue_generation == generation {
+                return Some((e, t));
+            }
+            self.next_step.pop();
+        }
+        None
+    }
+}
+
+/// Where requests go and what else happens between steps: one replica's DP balancer for
+/// `run`, the fleet's router and autoscaler for `fleet::run_fleet`.
+pub(crate) trait Dispatch {
+    /// The engine a new request is added to.
+    fn route(&mut self, spec: &RequestSpec, engines: &Engines) -> usize;
+    /// After engine `e` stepped (its KV cache events are there to take).
+    fn after_step(&mut self, _e: usize, _slot: &mut EngineSlot) {}
+    /// The next control-loop time (autoscaler sync, scrape), if any.
+    fn next_timer_s(&self) -> Option<f64> {
+        None
+    }
+    /// Run the control loop due at `t_s`; it may start or drain replicas.
+    fn on_timer(
+        &mut self,
+        _t_s: f64,
+        _engines: &mut Engines,
+        _observer: &mut dyn Observer,
+    ) -> Result<(), SimError> {
+        Ok(())
+    }
+}
+
+/// One `vllm serve` with `--data-parallel-size` engines: vLLM's DP balancer.
+struct DataParallel;
+
+impl Dispatch for DataParallel {
+    fn route(&mut self, _spec: &RequestSpec, engines: &Engines) -> usize {
+        pick_engine(&engines.slots, 0..engines.slots.len())
+    }
+}
+
+/// Run the simulation to completion, reporting to `observer`.
+pub fn run(
+    cfg: &SimConfig,
+    startup: &Startup,
+    observer: &mut dyn Observer,
+) -> Result<(), SimError> {
+    let mut workload = Workload::new(cfg.workload.clone())?;
+    let dp = cfg.data_parallel_size.max(1);
+    let mut engines = Engines::default();
+    for rank in 0..dp {
+        engines.push(EngineSlot::new(cfg, startup, rank, cfg.seed)?);
+    }
+    observer.on_replica_up(0, 0..dp, 0.0);
+    run_loop(&mut workload, &mut engines, &mut DataParallel, observer)
+}
+
+/// The event loop: arrivals, control-loop timers and engine steps, earliest first (a timer
+/// before an arrival before a step at the same time).
+pub(crate) fn run_loop(
+    workload: &mut Workload,
+    engines: &mut Engines,
+    dispatch: &mut dyn Dispatch,
+    observer: &mut dyn Observer,
+) -> Result<(), SimError> {
     let mut in_flight_total = 0usize;
     loop {
         if observer.should_stop() {
             break;
         }
-        // The earliest thing that happens next: an arrival, or an engine step.
         let next_arrival = workload.next_time();
-        let next_engine = engines
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.core.has_work())
-            .min_by(|a, b| a.1.clock_s.total_cmp(&b.1.clock_s))
-            .map(|(i, e)| (i, e.clock_s));
-        match (next_arrival, next_engine) {
-            (None, None) => {
-                if in_flight_total == 0 || workload.is_exhausted() {
-                    break;
-                }
-                return Err(SimError::Stuck);
+        let next_engine = engines.peek_next();
+        if next_arrival.is_none() && next_engine.is_none() {
+            if in_flight_total == 0 || workload.is_exhausted() {
+                break;
             }
+            return Err(SimError::Stuck);
+        }
+        let next_work_s = match (next_arrival, next_engine) {
+            (Some(a), Some((_, s))) => a.min(s),
+            (Some(a), None) => a,
+            (None, Some((_, s))) => s,
+            (None, None) => unreachable!("checked above"),
+        };
+        if let Some(timer_s) = dispatch.next_timer_s().filter(|&t| t <= next_work_s) {
+            dispatch.on_timer(timer_s, engines, observer)?;
+            continue;
+        }
+        match (next_arrival, next_engine) {
             (Some(t), engine) if engine.is_none_or(|(_, te)| t <= te) => {
-                let mut spec = workload.pop_due(t).expect("due arrival");
-                let e = pick_engine(&engines);
-                let slot = &mut engines[e];
-                let add_s = spec.arrival_time_s
-                    + frontend::TOKENIZE_BASE_S
-                    + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
-                let prompt_len = spec.prompt_token_ids.len();
-                if prompt_len == 0 || prompt_len >= max_model_len {
-                    // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
-                    observer.on_rejected(&spec);
-                    workload.on_finished(&spec, None, spec.arrival_time_s);
-                    continue;
+                let spec = workload.pop_due(t).expect("due arrival");
+                let e = dispatch.route(&spec, engines);
+                if admit(&mut engines.slots[e], spec, observer, workload) {
+                    in_flight_total += 1;
+                    engines.requeue(e);
                 }
-                // An unset max_tokens defaults to what fits; a forced one is capped the same way.
-                let max_tokens = spec.max_tokens.min(max_model_len - prompt_len);
-                let h = slot.core.add_request(
-                    NewRequest {
-                        request_id: String::new(),
-                        // The engine owns the prompt; the tracker keeps only the metadata.
-                        prompt_token_ids: std::mem::take(&mut spec.prompt_token_ids),
-                        sampling: SamplingParams {
-                            max_tokens,
-                            min_tokens: 0,
-                            stop_token_ids: Vec::new(),
-                            eos_token_id: None,
-                        },
-                        arrival_time_s: spec.arrival_time_s,
-                        priority: 0,
-                        cache_salt: None,
-                        lora_name: None,
-                    },
-                    add_s,
-                );
-                if slot.tracked.len() <= h.index() {
-                    slot.tracked.resize_with(h.index() + 1, || None);
-                    slot.tracked_cold.resize_with(h.index() + 1, || None);
-                    slot.decode.resize(h.index() + 1, DecodeState::default());
-                }
-                let keeps_outputs = spec.session.is_some();
-                if keeps_outputs {
-                    // A later turn's prompt is built from every output token.
-                    slot.core.never_coast(h);
-                }
-                slot.decode[h.index()] = DecodeState {
-                    tracked: true,
-                    keeps_outputs,
-                    ..DecodeState::default()
-                };
-                slot.tracked[h.index()] = Some(Tracked {
-                    times: RequestTimes::new(spec.arrival_time_s, add_s),
-                    keeps_outputs,
-                });
-                slot.tracked_cold[h.index()] = Some(TrackedCold {
-                    outputs: if keeps_outputs {
-                        Vec::with_capacity(max_tokens)
-                    } else {
-                        Vec::new()
-                    },
-                    spec,
-                });
-                if !slot.core.has_work() || slot.clock_s < add_s {
-                    slot.clock_s = slot.clock_s.max(add_s);
-                }
-                slot.num_in_system += 1;
-                in_flight_total += 1;
             }
             (_, Some((e, t))) => {
-                let finished = step_engine(&mut engines[e], e, t, observer, &mut workload);
+                let slot = &mut engines.slots[e];
+                let finished = step_engine(slot, e, t, observer, workload);
                 in_flight_total -= finished;
-                engines[e].num_in_system -= finished;
+                slot.num_in_system -= finished;
+                dispatch.after_step(e, slot);
+                engines.requeue(e);
             }
             (Some(_), None) => unreachable!("handled by the arrival arm"),
+            (None, None) => unreachable!("checked above"),
         }
     }
     Ok(())
 }
 
-/// vLLM's DP load balancing: the engine with the fewest waiting (×4) plus running requests.
-/// vLLM: `DPLBAsyncMPClient.get_core_engine_for_request`.
-fn pick_engine(engines: &[EngineSlot]) -> usize {
+/// Add an arrived request to `slot`'s engine, or refuse it as vLLM's frontend does (a 400
+/// when the prompt does not fit `max_model_len`). Returns whether it was added.
+fn admit(
+    slot: &mut EngineSlot,
+    mut spec: RequestSpec,
+    observer: &mut dyn Observer,
+    workload: &mut Workload,
+) -> bool {
+    let max_model_len = slot.max_model_len;
+    let add_s = spec.arrival_time_s
+        + frontend::TOKENIZE_BASE_S
+        + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
+    let prompt_len = spec.prompt_token_ids.len();
+    if prompt_len == 0 || prompt_len >= max_model_len {
+        // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
+        observer.on_rejected(&spec);
+        workload.on_finished(&spec, None, spec.arrival_time_s);
+        return false;
+    }
+    // An unset max_tokens defaults to what fits; a forced one is capped the same way.
+    let max_tokens = spec.max_tokens.min(max_model_len - prompt_len);
+    let h = slot.core.add_request(
+        NewRequest {
+            request_id: String::new(),
+            // The engine owns the prompt; the tracker keeps only the metadata.
+            prompt_token_ids: std::mem::take(&mut spec.prompt_token_ids),
+            sampling: SamplingParams {
+                max_tokens,
+                min_tokens: 0,
+                stop_token_ids: Vec::new(),
+                eos_token_id: None,
+            },
+            arrival_time_s: spec.arrival_time_s,
+            priority: 0,
+            cache_salt: None,
+            lora_name: None,
+        },
+        add_s,
+    );
+    if slot.tracked.len() <= h.index() {
+        slot.tracked.resize_with(h.index() + 1, || None);
+        slot.tracked_cold.resize_with(h.index() + 1, || None);
+        slot.decode.resize(h.index() + 1, DecodeState::default());
+    }
+    let keeps_outputs = spec.session.is_some();
+    if keeps_outputs {
+        // A later turn's prompt is built from every output token.
+        slot.core.never_coast(h);
+    }
+    slot.decode[h.index()] = DecodeState {
+        tracked: true,
+        keeps_outputs,
+        ..DecodeState::default()
+    };
+    slot.tracked[h.index()] = Some(Tracked {
+        times: RequestTimes::new(spec.arrival_time_s, add_s),
+        keeps_outputs,
+    });
+    slot.tracked_cold[h.index()] = Some(TrackedCold {
+        outputs: if keeps_outputs {
+            Vec::with_capacity(max_tokens)
+        } else {
+            Vec::new()
+        },
+        spec,
+    });
+    if !slot.core.has_work() || slot.clock_s < add_s {
+        slot.clock_s = slot.clock_s.max(add_s);
+    }
+    slot.num_in_system += 1;
+    true
+}
+
+/// vLLM's DP load balancing among `ranks`: the engine with the fewest waiting (×4) plus
+/// running requests. vLLM: `DPLBAsyncMPClient.get_core_engine_for_request`.
+pub(crate) fn pick_engine(engines: &[EngineSlot], ranks: std::ops::Range<usize>) -> usize {
     let score = |e: &EngineSlot| {
         let s = e.core.scheduler();
         s.num_waiting() * 4 + s.running().len()
     };
-    (0..engines.len())
+    let first = ranks.start;
+    ranks
         .min_by_key(|&i| (score(&engines[i]), i))
-        .unwrap_or(0)
+        .unwrap_or(first)
 }
 
 /// One engine step at `t`; returns how many requests finished.

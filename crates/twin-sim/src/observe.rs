@@ -55,6 +55,12 @@ pub trait Observer {
     /// Refused by the frontend (prompt longer than max_model_len).
     fn on_rejected(&mut self, req: &RequestSpec);
     fn on_step(&mut self, engine: usize, step: &StepSample);
+    /// A replica started serving with engines `engines` (global indexes, DP rank order).
+    /// A plain run has one replica, 0, up from the start.
+    fn on_replica_up(&mut self, _replica: usize, _engines: std::ops::Range<usize>, _t_s: f64) {}
+    /// A replica was taken out of service (scale-down): it gets no new requests and is gone
+    /// once its in-flight requests drained.
+    fn on_replica_down(&mut self, _replica: usize, _t_s: f64) {}
     /// Asked between events: `true` ends the run early (the run returns `Ok`). Lets a caller
     /// cancel a run or stop it at a horizon without unwinding through the driver.
     fn should_stop(&self) -> bool {
@@ -89,6 +95,16 @@ impl Observer for Tee<'_> {
     fn on_step(&mut self, engine: usize, step: &StepSample) {
         for o in &mut self.0 {
             o.on_step(engine, step);
+        }
+    }
+    fn on_replica_up(&mut self, replica: usize, engines: std::ops::Range<usize>, t_s: f64) {
+        for o in &mut self.0 {
+            o.on_replica_up(replica, engines.clone(), t_s);
+        }
+    }
+    fn on_replica_down(&mut self, replica: usize, t_s: f64) {
+        for o in &mut self.0 {
+            o.on_replica_down(replica, t_s);
         }
     }
     fn should_stop(&self) -> bool {

@@ -29,6 +29,24 @@ enum CachedIds {
     Many(Vec<u32>),
 }
 
+/// A change to the prefix cache, as vLLM publishes it with `--kv-events-config`
+/// (`vllm/distributed/kv_events.py`): one per block, in the order they happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvCacheEvent {
+    /// A full block entered the cache under this hash. vLLM: `BlockStored`.
+    BlockStored {
+        block_hash: BlockHash,
+        block_id: u32,
+    },
+    /// A cached block was evicted (reused for new tokens). vLLM: `BlockRemoved`.
+    BlockRemoved {
+        block_hash: BlockHash,
+        block_id: u32,
+    },
+    /// The whole prefix cache was reset. vLLM: `AllBlocksCleared`.
+    AllBlocksCleared,
+}
+
 /// vLLM: `BlockPool` + `FreeKVCacheBlockQueue`.
 ///
 /// Invariant: every non-null block is either in the free queue with `ref_cnt == 0`,
@@ -48,6 +66,9 @@ pub struct BlockPool {
     /// `--kv-cache-metrics`: residency sampling, stamped with the current step's time.
     pub(crate) metrics: Option<KVCacheMetricsCollector>,
     pub(crate) now_s: f64,
+    /// `Some` when KV cache events are on (vLLM: `enable_kv_cache_events`): the queue
+    /// `take_events` drains.
+    events: Option<Vec<KvCacheEvent>>,
 }
 
 impl BlockPool {
@@ -87,6 +108,7 @@ impl BlockPool {
             scratch_last: Vec::new(),
             metrics: None,
             now_s: 0.0,
+            events: None,
         };
         let null = pool.pop_front();
         debug_assert_eq!(null, NULL_BLOCK_ID);
@@ -116,6 +138,18 @@ impl BlockPool {
         1.0 - (self.num_free_blocks as f64 / total as f64)
     }
 
+    /// Start queueing [`KvCacheEvent`]s (vLLM: `BlockPool(enable_kv_cache_events=True)`).
+    pub fn enable_events(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// Move the queued events to the end of `out`. vLLM: `BlockPool.take_events`.
+    pub fn take_events(&mut self, out: &mut Vec<KvCacheEvent>) {
+        if let Some(q) = self.events.as_mut() {
+            out.append(q);
+        }
+    }
+
     pub fn ref_cnt(&self, block: u32) -> u32 {
         self.blocks[block as usize].ref_cnt
     }
@@ -142,6 +176,12 @@ impl BlockPool {
                 self.num_hashed_blocks += 1;
             }
         }
+        if let Some(q) = self.events.as_mut() {
+            q.push(KvCacheEvent::BlockStored {
+                block_hash: hash,
+                block_id: block,
+            });
+        }
         match self.cached.get_mut(&hash) {
             None => {
                 self.cached.insert(hash, CachedIds::One(block));
@@ -161,6 +201,12 @@ impl BlockPool {
             return;
         };
         self.num_hashed_blocks -= 1;
+        if let Some(q) = self.events.as_mut() {
+            q.push(KvCacheEvent::BlockRemoved {
+                block_hash: hash,
+                block_id: block,
+            });
+        }
         let remove_key = match self.cached.get_mut(&hash) {
             Some(CachedIds::One(id)) => *id == block,
             Some(CachedIds::Many(ids)) => {

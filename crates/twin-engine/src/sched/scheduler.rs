@@ -18,7 +18,7 @@ use super::output::{
 use super::request_queue::RequestQueue;
 use super::{ReqHandle, RequestSlab};
 use crate::config::{ConfigError, SchedulerConfig, SchedulingPolicy};
-use crate::kv_cache::{AllocateSlots, KVCacheManager};
+use crate::kv_cache::{AllocateSlots, KVCacheManager, KvCacheEvent};
 use crate::request::{
     EngineCoreEventType, NewRequest, Request, RequestStatus, TokenId, PLACEHOLDER_TOKEN_ID,
 };
@@ -228,6 +228,17 @@ impl Scheduler {
 
     pub fn kv_cache_manager(&self) -> &KVCacheManager {
         &self.kv
+    }
+
+    /// Queue the block pool's [`KvCacheEvent`]s. vLLM: `KVCacheManager(enable_kv_cache_events)`.
+    pub fn enable_kv_cache_events(&mut self) {
+        self.kv.block_pool.enable_events();
+    }
+
+    /// Drain the queued events into `out`. vLLM: `Scheduler.make_kv_cache_events`'s
+    /// `kv_cache_manager.take_events()`.
+    pub fn take_kv_cache_events(&mut self, out: &mut Vec<KvCacheEvent>) {
+        self.kv.block_pool.take_events(out);
     }
 
     /// The live request behind `h` with up-to-date counters: `None` once it finished, and
