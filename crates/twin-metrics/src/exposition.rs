@@ -691,6 +691,41 @@ impl OpenMetricsTimeline {
         }
     }
 
+    /// Add another target's scrapes (a fleet's replicas, told apart by their labels): its
+    /// families join ours by name and kind, its series after ours.
+    pub fn merge(&mut self, other: &OpenMetricsTimeline) {
+        for of in &other.families {
+            match self
+                .families
+                .iter_mut()
+                .find(|f| f.name == of.name && f.kind == of.kind)
+            {
+                Some(f) => {
+                    for (labels, points) in &of.series {
+                        match f.series.iter_mut().find(|(l, _)| l == labels) {
+                            Some((_, mine)) => {
+                                let last = mine.last().map(|p| p.0);
+                                mine.extend(
+                                    points
+                                        .iter()
+                                        .filter(|p| last.is_none_or(|t| p.0 > t))
+                                        .cloned(),
+                                );
+                            }
+                            None => f.series.push((labels.clone(), points.clone())),
+                        }
+                    }
+                }
+                None => self.families.push(TimelineFamily {
+                    name: of.name.clone(),
+                    help: of.help.clone(),
+                    kind: of.kind,
+                    series: of.series.clone(),
+                }),
+            }
+        }
+    }
+
     /// Number of scrapes' worth of points held for the busiest series.
     pub fn len(&self) -> usize {
         self.families

@@ -10,7 +10,7 @@ use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
 use twin_engine::{EngineCore, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy};
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
-use crate::observe::{FinishedRequest, Observer, StepSample};
+use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
 use crate::output_processor::{fill_batch_shape, StepTimeline, TokenTiming};
 use crate::SimError;
 
@@ -329,7 +329,13 @@ pub fn run(
     for rank in 0..dp {
         engines.push(EngineSlot::new(cfg, startup, rank, cfg.seed)?);
     }
-    observer.on_replica_up(0, 0..dp, 0.0);
+    observer.on_replica_up(&ReplicaUp {
+        replica: 0,
+        pool: 0,
+        name: "vllm",
+        engines: 0..dp,
+        t_s: 0.0,
+    });
     run_loop(&mut workload, &mut engines, &mut DataParallel, observer)
 }
 

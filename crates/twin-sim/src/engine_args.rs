@@ -186,6 +186,136 @@ pub fn twin_args(heading: &'static str) -> Vec<Arg> {
         .collect()
 }
 
+/// `simulate`'s fleet flags (docs/fleet.md): only `simulate` runs fleets.
+const FLEET_ARGS: &[(&str, &str, &str)] = &[
+    (
+        "replicas",
+        "N",
+        "run N vLLM replicas behind --router (default 1: one engine, no fleet)",
+    ),
+    (
+        "router",
+        "ROUTER",
+        "round-robin (default), least-loaded, session-affinity, prefix-aware or random",
+    ),
+    (
+        "replica-spec",
+        "FILE",
+        "YAML/TOML list of pools, each with its own flags and replica count",
+    ),
+    (
+        "prefix-scorer-weight",
+        "W",
+        "prefix-aware: weight of the cached-prefix score (llm-d default 3)",
+    ),
+    (
+        "queue-scorer-weight",
+        "W",
+        "prefix-aware: weight of the queue score (llm-d default 2)",
+    ),
+    (
+        "kv-cache-scorer-weight",
+        "W",
+        "prefix-aware: weight of the free-KV score (llm-d default 2)",
+    ),
+];
+
+/// The fleet flags as clap arguments.
+pub fn fleet_args() -> Vec<Arg> {
+    FLEET_ARGS
+        .iter()
+        .map(|&(name, value, help)| {
+            Arg::new(name)
+                .long(name)
+                .help(help)
+                .help_heading("Fleet flags")
+                .value_name(value)
+                .action(ArgAction::Set)
+                .num_args(1)
+                .allow_hyphen_values(true)
+        })
+        .collect()
+}
+
+/// What the fleet flags asked for (`None` in [`SimulateArgs`]: one engine).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetArgs {
+    pub replicas: Option<usize>,
+    pub router: crate::fleet::RouterConfig,
+    pub replica_spec: Option<String>,
+}
+
+fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError> {
+    let get = |id: &str| {
+        m.try_get_one::<String>(id)
+            .ok()
+            .flatten()
+            .map(String::as_str)
+    };
+    let replicas = get("replicas")
+        .map(|v| {
+            let n: usize = num("--replicas", v)?;
+            if n == 0 || n > crate::fleet::MAX_REPLICAS {
+                return Err(cfg_err(
+                    "--replicas",
+                    format!("{n}: between 1 and {}", crate::fleet::MAX_REPLICAS),
+                ));
+            }
+            Ok(n)
+        })
+        .transpose()?;
+    let kind = get("router")
+        .map(|v| v.parse().map_err(|e: String| cfg_err("--router", e)))
+        .transpose()?;
+    let replica_spec = get("replica-spec").map(str::to_string);
+    let mut weights = crate::fleet::ScorerWeights::default();
+    let mut weight_given = None;
+    for (flag, w) in [
+        ("prefix-scorer-weight", &mut weights.prefix),
+        ("queue-scorer-weight", &mut weights.queue),
+        ("kv-cache-scorer-weight", &mut weights.kv_cache),
+    ] {
+        if let Some(v) = get(flag) {
+            let x: f64 = num(&format!("--{flag}"), v)?;
+            if !x.is_finite() || !(0.0..=1000.0).contains(&x) {
+                return Err(cfg_err(
+                    &format!("--{flag}"),
+                    format!("{v}: a weight between 0 and 1000"),
+                ));
+            }
+            *w = x;
+            weight_given = Some(flag);
+        }
+    }
+    if replicas.is_none() && kind.is_none() && replica_spec.is_none() {
+        if let Some(flag) = weight_given {
+            return Err(cfg_err(
+                &format!("--{flag}"),
+                "applies to --router prefix-aware",
+            ));
+        }
+        return Ok(None);
+    }
+    let kind = kind.unwrap_or(crate::fleet::RouterKind::RoundRobin);
+    if let Some(flag) = weight_given.filter(|_| kind != crate::fleet::RouterKind::PrefixAware) {
+        return Err(cfg_err(
+            &format!("--{flag}"),
+            format!("applies to --router prefix-aware, not {kind}"),
+        ));
+    }
+    if replicas.is_some() && replica_spec.is_some() {
+        return Err(cfg_err(
+            "--replicas",
+            "give either --replicas or --replica-spec (its pools say how many)",
+        ));
+    }
+    Ok(Some(FleetArgs {
+        replicas,
+        router: crate::fleet::RouterConfig { kind, weights },
+        replica_spec,
+    }))
+}
+
 /// The largest data-, tensor- or pipeline-parallel size the twin models: each rank costs an
 /// engine or a memory plan of its own, and no deployment runs more ranks of one kind.
 pub const MAX_PARALLEL_SIZE: usize = 512;
@@ -352,6 +482,8 @@ pub struct SimulateArgs {
     pub scrape_interval_s: Option<f64>,
     pub scrapes_out: Option<PathBuf>,
     pub kv_cache_metrics: bool,
+    /// `Some` when a fleet flag was given (`--replicas`, `--router`, `--replica-spec`).
+    pub fleet: Option<FleetArgs>,
     /// Accepted vLLM flags the twin does not model.
     pub notes: Vec<String>,
 }
@@ -513,7 +645,9 @@ pub fn parse_simulate_args(
     // sandbox and the fuzzer parse thousands of lines: one built command per thread, reused.
     thread_local! {
         static COMMAND: std::cell::RefCell<Command> =
-            std::cell::RefCell::new(simulate_command("simulate", MODELLED_VLLM_FLAGS));
+            std::cell::RefCell::new(
+                simulate_command("simulate", MODELLED_VLLM_FLAGS).args(fleet_args())
+            );
     }
     let argv = checked_argv(args)?;
     let matches = COMMAND
@@ -874,6 +1008,7 @@ pub fn simulate_from_matches(
         scrape_interval_s,
         scrapes_out,
         kv_cache_metrics,
+        fleet: fleet_from_matches(m)?,
         notes,
     })
 }

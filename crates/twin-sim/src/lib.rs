@@ -6,6 +6,7 @@ pub mod charts;
 pub mod driver;
 pub mod engine_args;
 pub mod experiment;
+pub mod fleet;
 pub mod metrics_bridge;
 pub mod observe;
 pub mod output_processor;
@@ -13,7 +14,7 @@ pub mod quantiles;
 pub mod report;
 pub mod vllm_flags;
 
-pub use driver::{run, startup, SchedulerKnobs, SimConfig, Startup};
+pub use driver::{run, startup, RequestTimes, SchedulerKnobs, SimConfig, Startup};
 pub use report::{Report, ReportBuilder, Slo};
 
 #[derive(Debug, thiserror::Error)]

@@ -25,6 +25,9 @@ pub struct MetricsObserver {
     dcgm: DcgmState,
     /// `--enable-mfu-metrics`: feed the estimated FLOPs/bytes counters.
     mfu: bool,
+    /// Labels Prometheus adds to every series at scrape time (a fleet's `pod`, `instance`);
+    /// none for one engine, whose /metrics is what vLLM itself serves.
+    target_labels: Vec<(String, String)>,
 }
 
 /// Busy-time-weighted GPU activity per engine since the last scrape (dcgm-exporter reads
@@ -85,7 +88,42 @@ impl MetricsObserver {
             num_scrapes: 0,
             dcgm,
             mfu: false,
+            target_labels: Vec::new(),
         }
+    }
+
+    /// Label every series as Prometheus' Kubernetes discovery would a pod's target.
+    pub fn with_target_labels(mut self, pod: &str, instance: &str) -> Self {
+        self.target_labels = vec![
+            ("pod".to_string(), pod.to_string()),
+            ("instance".to_string(), instance.to_string()),
+        ];
+        self.dcgm.set_hostname(pod);
+        self
+    }
+
+    /// The recorder's families with the target labels in front of each series' own.
+    pub fn labelled_families(&self) -> Vec<twin_metrics::MetricFamily> {
+        let mut families = self.recorder.families();
+        self.label(&mut families);
+        families
+    }
+
+    fn label(&self, families: &mut [twin_metrics::MetricFamily]) {
+        if self.target_labels.is_empty() {
+            return;
+        }
+        for f in families {
+            for s in &mut f.series {
+                let own = std::mem::take(&mut s.labels);
+                s.labels = self.target_labels.iter().cloned().chain(own).collect();
+            }
+        }
+    }
+
+    /// The scrapes taken so far, including the final one `scrapes_openmetrics` adds.
+    pub fn timeline(&self) -> &OpenMetricsTimeline {
+        &self.timeline
     }
 
     /// Also record vLLM's estimated FLOPs / bytes counters (`--enable-mfu-metrics`).
@@ -101,6 +139,12 @@ impl MetricsObserver {
     /// Scrapes taken so far plus a final one at `end_s` (the run's last output), as
     /// OpenMetrics with timestamps (`# EOF` terminated).
     pub fn scrapes_openmetrics(&mut self, end_s: f64) -> String {
+        self.finish_scrapes(end_s);
+        self.timeline.encode()
+    }
+
+    /// Take the scrapes due up to `end_s` and a final one at `end_s` (see [`Self::timeline`]).
+    pub fn finish_scrapes(&mut self, end_s: f64) {
         self.scrape_until(end_s);
         if let Some(every) = self.scrape_interval_s {
             let last = self.next_scrape_s - every;
@@ -108,12 +152,12 @@ impl MetricsObserver {
                 let window = end_s - last;
                 let mut families = self.recorder.families();
                 families.extend(self.dcgm.take_families(window));
+                self.label(&mut families);
                 self.timeline.push(SIM_EPOCH_UNIX_S + end_s, &families);
                 self.num_scrapes += 1;
                 self.next_scrape_s = end_s + every;
             }
         }
-        self.timeline.encode()
     }
 
     pub fn num_scrapes(&self) -> usize {
@@ -127,6 +171,7 @@ impl MetricsObserver {
         while self.next_scrape_s <= t_s {
             let mut families = self.recorder.families();
             families.extend(self.dcgm.take_families(every));
+            self.label(&mut families);
             self.timeline
                 .push(SIM_EPOCH_UNIX_S + self.next_scrape_s, &families);
             self.num_scrapes += 1;
@@ -136,6 +181,12 @@ impl MetricsObserver {
 }
 
 impl DcgmState {
+    fn set_hostname(&mut self, hostname: &str) {
+        for g in &mut self.gpus {
+            g.hostname = hostname.to_string();
+        }
+    }
+
     /// Averages over the last `window_s` (idle time at idle power), then reset.
     fn take_families(&mut self, window_s: f64) -> Vec<twin_metrics::MetricFamily> {
         let mut samples = Vec::with_capacity(self.gpus.len());

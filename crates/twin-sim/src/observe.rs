@@ -28,6 +28,19 @@ pub struct StepSample {
     pub stats: Option<SchedulerStats>,
 }
 
+/// A replica (one `vllm serve`: its DP engines) that starts taking requests.
+#[derive(Clone, Debug)]
+pub struct ReplicaUp<'a> {
+    pub replica: usize,
+    /// Its pool in the fleet's spec (0 for a plain run).
+    pub pool: usize,
+    /// The pod name its /metrics are labelled with.
+    pub name: &'a str,
+    /// Its engines' global indexes (the `engine` of the other calls), DP rank order.
+    pub engines: std::ops::Range<usize>,
+    pub t_s: f64,
+}
+
 pub struct FinishedRequest<'a> {
     pub times: &'a RequestTimes,
     pub finish_reason: FinishReason,
@@ -55,9 +68,8 @@ pub trait Observer {
     /// Refused by the frontend (prompt longer than max_model_len).
     fn on_rejected(&mut self, req: &RequestSpec);
     fn on_step(&mut self, engine: usize, step: &StepSample);
-    /// A replica started serving with engines `engines` (global indexes, DP rank order).
-    /// A plain run has one replica, 0, up from the start.
-    fn on_replica_up(&mut self, _replica: usize, _engines: std::ops::Range<usize>, _t_s: f64) {}
+    /// A replica started serving. A plain run has one replica, 0, up from the start.
+    fn on_replica_up(&mut self, _up: &ReplicaUp<'_>) {}
     /// A replica was taken out of service (scale-down): it gets no new requests and is gone
     /// once its in-flight requests drained.
     fn on_replica_down(&mut self, _replica: usize, _t_s: f64) {}
@@ -97,9 +109,9 @@ impl Observer for Tee<'_> {
             o.on_step(engine, step);
         }
     }
-    fn on_replica_up(&mut self, replica: usize, engines: std::ops::Range<usize>, t_s: f64) {
+    fn on_replica_up(&mut self, up: &ReplicaUp<'_>) {
         for o in &mut self.0 {
-            o.on_replica_up(replica, engines.clone(), t_s);
+            o.on_replica_up(up);
         }
     }
     fn on_replica_down(&mut self, replica: usize, t_s: f64) {

@@ -253,6 +253,14 @@ pub struct Report {
     pub share_of_steps_at_token_budget: f64,
     pub computed_prompt_tokens: u64,
     pub gpu_busy_share: f64,
+    /// Prefix-cache hits and queries in tokens (the rate's parts, for fleet-wide sums).
+    #[serde(skip)]
+    pub prefix_cache_hits: u64,
+    #[serde(skip)]
+    pub prefix_cache_queries: u64,
+    /// A fleet run's replicas, router and replica count (docs/fleet.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::fleet::report::FleetReport>,
     #[serde(skip)]
     pub seconds: Vec<SecondRow>,
     #[serde(skip)]
@@ -332,6 +340,9 @@ impl ReportBuilder {
             share_of_steps_at_token_budget: self.steps_at_budget as f64 / stat_count,
             computed_prompt_tokens: self.prompt_tokens_computed,
             gpu_busy_share: (self.gpu_busy_s / (duration * num_engines.max(1) as f64)).min(1.0),
+            prefix_cache_hits: self.prefix_hits,
+            prefix_cache_queries: self.prefix_queries,
+            fleet: None,
             seconds: self.seconds,
             ttft_hist: self.ttft,
             itl_hist: self.itl,
@@ -442,6 +453,9 @@ impl Report {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         let _ = writeln!(s, "  finish reasons          {}", reasons.join("  "));
+        if let Some(f) = &self.fleet {
+            s.push_str(&f.render_text());
+        }
         s
     }
 

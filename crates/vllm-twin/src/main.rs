@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod fleet;
 mod simulate;
 
 #[derive(Parser)]

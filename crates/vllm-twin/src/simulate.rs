@@ -15,14 +15,14 @@ use twin_sim::{ReportBuilder, SimError};
 use twin_workload::RequestSpec;
 
 /// A progress bar over finished requests, drawn only on a terminal once a run passes 1 s.
-struct Progress {
-    bar: ProgressBar,
+pub(crate) struct Progress {
+    pub(crate) bar: ProgressBar,
     started: Instant,
     done: u64,
 }
 
 impl Progress {
-    fn new(total: u64, enabled: bool) -> Self {
+    pub(crate) fn new(total: u64, enabled: bool) -> Self {
         let bar = ProgressBar::with_draw_target(
             Some(total),
             if enabled {
@@ -67,10 +67,12 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         .iter()
         .any(|a| a == "--help" || a == "-h" || a == "--help-flags")
     {
-        let mut cmd = simulate_command("vllm-twin simulate", MODELLED_VLLM_FLAGS).about(
-            "Simulate a workload on a modelled GPU + model + vLLM flags, in virtual time.\n\
+        let mut cmd = simulate_command("vllm-twin simulate", MODELLED_VLLM_FLAGS)
+            .args(twin_sim::engine_args::fleet_args())
+            .about(
+                "Simulate a workload on a modelled GPU + model + vLLM flags, in virtual time.\n\
              vLLM flags keep their names, spellings and 0.34 defaults: paste a `vllm serve` line.",
-        );
+            );
         println!("{}", cmd.render_help());
         return Ok(ExitCode::SUCCESS);
     }
@@ -82,6 +84,9 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    if let Some(fleet) = sim.fleet.clone() {
+        return crate::fleet::run(args, &sim, &fleet, &read);
+    }
     let startup = match twin_sim::startup(&sim.config) {
         Ok(s) => s,
         Err(SimError::Cost(e)) => {
@@ -167,21 +172,31 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         }
     }
     if let Some(dir) = &sim.out_dir {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        fs::write(
-            dir.join("report.json"),
-            serde_json::to_string_pretty(&report)?,
-        )?;
-        fs::write(dir.join("timeseries.csv"), report.timeseries_csv())?;
-        for (name, svg) in twin_sim::charts::all(&report) {
-            fs::write(dir.join(name), svg)?;
-        }
-        if text_out {
-            println!(
-                "wrote {}/report.json, timeseries.csv and charts",
-                dir.display()
-            );
-        }
+        write_out_dir(dir, &report, text_out)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--out DIR`: report.json, timeseries.csv and the charts.
+pub(crate) fn write_out_dir(
+    dir: &std::path::Path,
+    report: &twin_sim::Report,
+    text_out: bool,
+) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    fs::write(dir.join("timeseries.csv"), report.timeseries_csv())?;
+    for (name, svg) in twin_sim::charts::all(report) {
+        fs::write(dir.join(name), svg)?;
+    }
+    if text_out {
+        println!(
+            "wrote {}/report.json, timeseries.csv and charts",
+            dir.display()
+        );
+    }
+    Ok(())
 }

@@ -1,0 +1,126 @@
+//! The fleet part of the report: per replica, fleet-wide prefix hits, replicas over time.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::{FleetOutcome, RouterKind};
+use crate::report::{Dist, SecondRow};
+
+/// One replica's row (`fleet.replicas[]` in the JSON report).
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplicaRow {
+    pub name: String,
+    pub pool: String,
+    pub num_finished: u64,
+    pub prefix_cache_hit_rate: f64,
+    pub kv_cache_usage_mean: f64,
+    pub kv_cache_usage_peak: f64,
+    pub num_waiting_peak: usize,
+    pub num_preemptions: u64,
+    pub ttft_s: Dist,
+    pub itl_s: Dist,
+    #[serde(skip)]
+    pub seconds: Vec<SecondRow>,
+}
+
+/// `fleet` in the JSON report (schema in docs/fleet.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct FleetReport {
+    pub router: String,
+    pub replicas: Vec<ReplicaRow>,
+    /// Hits over queries, every replica's prefix cache together.
+    pub prefix_cache_hit_rate: f64,
+    /// Replicas in service: `[t_s, n]` at the start and at every change.
+    pub replica_count: Vec<(f64, usize)>,
+}
+
+impl FleetReport {
+    pub fn new(outcome: &FleetOutcome, pool_names: &[String]) -> Self {
+        let (mut hits, mut queries) = (0.0, 0.0);
+        let replicas = outcome
+            .replicas
+            .iter()
+            .map(|r| {
+                let rep = &r.report;
+                hits += rep.prefix_cache_hits as f64;
+                queries += rep.prefix_cache_queries as f64;
+                ReplicaRow {
+                    name: r.name.clone(),
+                    pool: pool_names.get(r.pool).cloned().unwrap_or_default(),
+                    num_finished: rep.num_finished,
+                    prefix_cache_hit_rate: rep.prefix_cache_hit_rate,
+                    kv_cache_usage_mean: rep.kv_cache_usage_mean,
+                    kv_cache_usage_peak: rep.kv_cache_usage_peak,
+                    num_waiting_peak: rep.num_waiting_peak,
+                    num_preemptions: rep.num_preemptions,
+                    ttft_s: rep.ttft_s.clone(),
+                    itl_s: rep.itl_s.clone(),
+                    seconds: rep.seconds.clone(),
+                }
+            })
+            .collect();
+        FleetReport {
+            router: outcome.router.name().to_string(),
+            replicas,
+            prefix_cache_hit_rate: if queries > 0.0 { hits / queries } else { 0.0 },
+            replica_count: outcome.replica_count.clone(),
+        }
+    }
+
+    /// The per-replica table of the text report.
+    pub fn render_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "\nfleet: {} replicas behind {}   fleet prefix-cache hit rate {:.1}%",
+            self.replicas.len(),
+            self.router,
+            self.prefix_cache_hit_rate * 100.0
+        );
+        let _ = writeln!(
+            s,
+            "{:<16}{:>10}{:>9}{:>9}{:>9}{:>8}{:>9}{:>11}{:>11}{:>10}",
+            "replica",
+            "requests",
+            "hit %",
+            "KV mean",
+            "KV peak",
+            "wait^",
+            "preempt",
+            "TTFT p50",
+            "TTFT p99",
+            "ITL p50"
+        );
+        for r in &self.replicas {
+            let _ = writeln!(
+                s,
+                "{:<16}{:>10}{:>9.1}{:>8.1}%{:>8.1}%{:>8}{:>9}{:>9.1}ms{:>9.1}ms{:>8.1}ms",
+                r.name,
+                r.num_finished,
+                r.prefix_cache_hit_rate * 100.0,
+                r.kv_cache_usage_mean * 100.0,
+                r.kv_cache_usage_peak * 100.0,
+                r.num_waiting_peak,
+                r.num_preemptions,
+                r.ttft_s.p50 * 1e3,
+                r.ttft_s.p99 * 1e3,
+                r.itl_s.p50 * 1e3
+            );
+        }
+        s
+    }
+}
+
+impl RouterKind {
+    /// The real router this one models, for reports and docs.
+    pub fn models(self) -> &'static str {
+        match self {
+            RouterKind::RoundRobin => "a Kubernetes Service / production-stack roundrobin",
+            RouterKind::LeastLoaded => "production-stack's request-stats routing",
+            RouterKind::SessionAffinity => "production-stack's session router",
+            RouterKind::PrefixAware => "llm-d's inference scheduler (precise prefix-cache scoring)",
+            RouterKind::Random => "random choice",
+        }
+    }
+}

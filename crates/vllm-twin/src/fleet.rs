@@ -1,0 +1,158 @@
+//! `vllm-twin simulate --replicas N --router R` / `--replica-spec FILE`: a fleet run.
+
+use std::fs;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use twin_sim::engine_args::{FleetArgs, SimulateArgs};
+use twin_sim::fleet::report::FleetReport;
+use twin_sim::fleet::{metrics, run_fleet, spec, FleetConfig, MetricsOptions, Pool};
+use twin_sim::observe::{Observer, Tee};
+use twin_sim::{ReportBuilder, SimError};
+
+use crate::simulate::{write_out_dir, Progress};
+
+fn usage(e: impl std::fmt::Display) -> Result<ExitCode> {
+    eprintln!("error: {e}");
+    Ok(ExitCode::from(2))
+}
+
+pub fn run(
+    args: &[String],
+    sim: &SimulateArgs,
+    fleet: &FleetArgs,
+    read: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<ExitCode> {
+    let pools = match &fleet.replica_spec {
+        Some(path) => {
+            let text = match read(path) {
+                Ok(t) => t,
+                Err(e) => return usage(format!("--replica-spec {path}: {e}")),
+            };
+            let built = spec::parse_replica_spec(path, &text)
+                .and_then(|specs| spec::build_pools(path, &specs, args, read));
+            match built {
+                Ok(p) => p,
+                Err(e) => return usage(e),
+            }
+        }
+        None => {
+            let startup = match twin_sim::startup(&sim.config) {
+                Ok(s) => s,
+                Err(SimError::Cost(e)) => {
+                    eprintln!("error: {}", e.vllm_message());
+                    return Ok(ExitCode::from(1));
+                }
+                Err(e) => return usage(e),
+            };
+            vec![Pool {
+                name: "vllm".into(),
+                replicas: fleet.replicas.unwrap_or(1),
+                config: sim.config.clone(),
+                startup,
+            }]
+        }
+    };
+    let fc = FleetConfig {
+        pools,
+        router: fleet.router,
+        workload: sim.config.workload.clone(),
+        seed: sim.config.seed,
+    };
+    if let Err(e) = fc.validate() {
+        return usage(e);
+    }
+    if sim.scrapes_out.is_some() != sim.scrape_interval_s.is_some() {
+        return usage("--scrapes-out and --scrape-interval go together");
+    }
+    let text_out = !sim.json;
+    let num_engines: usize = fc
+        .pools
+        .iter()
+        .map(|p| p.replicas * p.config.data_parallel_size.max(1))
+        .sum();
+    if text_out {
+        println!(
+            "vllm-twin simulate: a fleet of {} replicas behind {} ({})",
+            fc.num_replicas(),
+            fc.router.kind,
+            fc.router.kind.models()
+        );
+        for p in &fc.pools {
+            let s = &p.startup.scheduler;
+            println!(
+                "  pool {}: {} x {} on {} (TP {}, x{} DP)  max_num_batched_tokens={} max_num_seqs={} num_gpu_blocks={}",
+                p.name,
+                p.replicas,
+                p.config.model.name,
+                p.startup.plan.gpu_key,
+                p.startup.plan.config.tensor_parallel_size,
+                p.config.data_parallel_size,
+                s.max_num_batched_tokens,
+                s.max_num_seqs,
+                s.num_gpu_blocks
+            );
+        }
+        for n in &sim.notes {
+            println!("note: {n}");
+        }
+        println!();
+    } else {
+        for n in &sim.notes {
+            eprintln!("note: {n}");
+        }
+    }
+    let want_metrics = sim.metrics_out.is_some() || sim.scrapes_out.is_some();
+    let metrics_options = want_metrics.then(|| MetricsOptions {
+        served_model_name: sim.served_model_name.clone(),
+        kv_cache_metrics: sim.kv_cache_metrics,
+        scrape_interval_s: sim.scrape_interval_s,
+        enable_mfu_metrics: sim.config.enable_mfu_metrics,
+    });
+    let mut builder = ReportBuilder::new(sim.slo);
+    let total = sim.config.workload.num_requests as u64;
+    let mut progress = Progress::new(total, !sim.quiet && std::io::stderr().is_terminal());
+    let t0 = Instant::now();
+    let mut outcome = {
+        let observers: Vec<&mut dyn Observer> = vec![&mut builder, &mut progress];
+        let mut tee = Tee(observers);
+        run_fleet(&fc, sim.slo, metrics_options.as_ref(), &mut tee).context("simulation")?
+    };
+    progress.bar.finish_and_clear();
+    let wall_s = t0.elapsed().as_secs_f64();
+    let pool_names: Vec<String> = fc.pools.iter().map(|p| p.name.clone()).collect();
+    let mut report = builder.finish(num_engines);
+    report.fleet = Some(FleetReport::new(&outcome, &pool_names));
+    if sim.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render_text());
+        println!(
+            "\n(simulated {:.1} s of traffic on {} replicas in {:.2} s of wall time)",
+            report.duration_s,
+            fc.num_replicas(),
+            wall_s
+        );
+    }
+    if let Some(p) = &sim.metrics_out {
+        fs::write(p, metrics::fleet_exposition(&outcome.replicas))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &sim.scrapes_out {
+        let (body, n) = metrics::fleet_scrapes(&mut outcome.replicas, report.duration_s);
+        fs::write(p, body).with_context(|| format!("writing {}", p.display()))?;
+        if text_out {
+            println!(
+                "wrote {n} scrapes ({} replicas) to {}",
+                outcome.replicas.len(),
+                p.display()
+            );
+        }
+    }
+    if let Some(dir) = &sim.out_dir {
+        write_out_dir(dir, &report, text_out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
