@@ -342,6 +342,20 @@ impl BlockPool {
         self.num_free_blocks += 1;
     }
 
+    /// Every (hash, block) in the prefix cache, sorted (tests and debugging).
+    pub fn cached_entries(&self) -> Vec<(BlockHash, u32)> {
+        let mut v: Vec<(BlockHash, u32)> = self
+            .cached
+            .iter()
+            .flat_map(|(&h, ids)| match ids {
+                CachedIds::One(id) => vec![(h, *id)],
+                CachedIds::Many(v) => v.iter().map(|&id| (h, id)).collect(),
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Block ids in free-queue order, head first (tests and debugging).
     pub fn free_queue_ids(&self) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.num_free_blocks);

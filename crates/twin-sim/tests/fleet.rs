@@ -1,0 +1,159 @@
+//! Fleets: N replicas behind a router in one deterministic event loop.
+
+use twin_sim::engine_args::parse_simulate_args;
+use twin_sim::fleet::report::FleetReport;
+use twin_sim::fleet::{run_fleet, FleetConfig, Pool, RouterConfig, RouterKind, ScorerWeights};
+use twin_sim::{Report, ReportBuilder, Slo};
+
+fn argv(args: &str) -> Vec<String> {
+    args.split_whitespace().map(str::to_string).collect()
+}
+
+fn fleet(args: &str, replicas: usize, kind: RouterKind) -> FleetConfig {
+    let a = parse_simulate_args(&argv(args), &|_| Err(String::new())).expect("args");
+    let startup = twin_sim::startup(&a.config).expect("start");
+    FleetConfig {
+        pools: vec![Pool {
+            name: "vllm".into(),
+            replicas,
+            config: a.config.clone(),
+            startup,
+        }],
+        router: RouterConfig {
+            kind,
+            weights: ScorerWeights::default(),
+        },
+        workload: a.config.workload.clone(),
+        seed: a.config.seed,
+    }
+}
+
+fn run(fc: &FleetConfig) -> Report {
+    let mut b = ReportBuilder::new(Slo::default());
+    let outcome = run_fleet(fc, Slo::default(), None, &mut b).expect("fleet run");
+    let engines: usize = fc.pools.iter().map(|p| p.replicas).sum();
+    let mut report = b.finish(engines);
+    report.fleet = Some(FleetReport::new(&outcome, &["vllm".to_string()]));
+    report
+}
+
+const MULTI_TURN: &str =
+    "--num-requests 1500 --request-rate 12 --multi-turn 5 --think-time 3s --seed 5";
+
+#[test]
+fn a_one_replica_fleet_is_a_plain_run() {
+    let args = "--num-requests 800 --request-rate 20 --multi-turn 3 --seed 9";
+    let a = parse_simulate_args(&argv(args), &|_| Err(String::new())).unwrap();
+    let startup = twin_sim::startup(&a.config).unwrap();
+    let mut b = ReportBuilder::new(Slo::default());
+    twin_sim::run(&a.config, &startup, &mut b).unwrap();
+    let plain = serde_json::to_value(b.finish(1)).unwrap();
+    for kind in [RouterKind::RoundRobin, RouterKind::PrefixAware] {
+        let mut f = serde_json::to_value(run(&fleet(args, 1, kind))).unwrap();
+        let fleet_part = f.as_object_mut().unwrap().remove("fleet").unwrap();
+        assert_eq!(f, plain, "{kind}");
+        assert_eq!(
+            fleet_part["replicas"][0]["num_finished"],
+            plain["num_finished"]
+        );
+    }
+}
+
+#[test]
+fn same_seed_same_bytes_and_every_request_finishes_once() {
+    for kind in [
+        RouterKind::RoundRobin,
+        RouterKind::LeastLoaded,
+        RouterKind::SessionAffinity,
+        RouterKind::PrefixAware,
+        RouterKind::Random,
+    ] {
+        let fc = fleet(MULTI_TURN, 3, kind);
+        let a = serde_json::to_string(&run(&fc)).unwrap();
+        let b = serde_json::to_string(&run(&fc)).unwrap();
+        assert_eq!(a, b, "{kind}: not deterministic");
+        let r: serde_json::Value = serde_json::from_str(&a).unwrap();
+        let per: u64 = r["fleet"]["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["num_finished"].as_u64().unwrap())
+            .sum();
+        assert_eq!(per, r["num_finished"].as_u64().unwrap(), "{kind}");
+        assert_eq!(per, 1500, "{kind}");
+    }
+    let mut other = fleet(MULTI_TURN, 3, RouterKind::Random);
+    let first = serde_json::to_string(&run(&other)).unwrap();
+    other.seed += 1;
+    assert_ne!(first, serde_json::to_string(&run(&other)).unwrap());
+}
+
+fn hit_rate(r: &Report) -> f64 {
+    r.fleet.as_ref().unwrap().prefix_cache_hit_rate
+}
+
+/// The seed's claim: a load balancer that round-robins a conversation's turns over replicas
+/// loses its prefix-cache hits; pinning sessions (or routing by cached prefix) restores them.
+/// Certain by vLLM's mechanics: turn k's prompt is turn k−1's prompt and answer plus a
+/// question, and only the replica that served turn k−1 holds those blocks.
+#[test]
+fn session_affinity_and_prefix_aware_restore_multi_turn_prefix_hits() {
+    let rr = run(&fleet(MULTI_TURN, 4, RouterKind::RoundRobin));
+    let affinity = run(&fleet(MULTI_TURN, 4, RouterKind::SessionAffinity));
+    let prefix = run(&fleet(MULTI_TURN, 4, RouterKind::PrefixAware));
+    let one = run(&fleet(MULTI_TURN, 1, RouterKind::RoundRobin));
+    let (h_rr, h_aff, h_pre, h_one) = (
+        hit_rate(&rr),
+        hit_rate(&affinity),
+        hit_rate(&prefix),
+        hit_rate(&one),
+    );
+    assert!(h_aff > 1.5 * h_rr, "affinity {h_aff} vs round-robin {h_rr}");
+    assert!(
+        h_pre > 1.5 * h_rr,
+        "prefix-aware {h_pre} vs round-robin {h_rr}"
+    );
+    // Affinity keeps every session on one replica: as good as one big engine's cache.
+    assert!(
+        h_aff > 0.9 * h_one,
+        "affinity {h_aff} vs one replica {h_one}"
+    );
+    // Fewer prompt tokens computed is the point of the hits.
+    assert!(affinity.computed_prompt_tokens < rr.computed_prompt_tokens);
+}
+
+#[test]
+fn least_loaded_balances_in_flight_requests() {
+    let r = run(&fleet(
+        "--num-requests 2000 --request-rate 40 --input-len lognormal:mean=600,sigma=1.2 --seed 2",
+        4,
+        RouterKind::LeastLoaded,
+    ));
+    let counts: Vec<u64> = r
+        .fleet
+        .as_ref()
+        .unwrap()
+        .replicas
+        .iter()
+        .map(|x| x.num_finished)
+        .collect();
+    assert!(counts.iter().all(|&c| c > 300), "{counts:?}");
+}
+
+#[test]
+fn prefix_aware_needs_one_block_size_and_caching() {
+    let mut fc = fleet("--num-requests 10", 2, RouterKind::PrefixAware);
+    let mut second = fc.pools[0].clone();
+    second.name = "big".into();
+    second.startup.scheduler.block_size = 32;
+    fc.pools.push(second);
+    let e = fc.validate().unwrap_err().to_string();
+    assert!(e.starts_with("--router") && e.contains("block size"), "{e}");
+    let fc = fleet(
+        "--num-requests 10 --no-enable-prefix-caching",
+        2,
+        RouterKind::PrefixAware,
+    );
+    let e = fc.validate().unwrap_err().to_string();
+    assert!(e.contains("--no-enable-prefix-caching"), "{e}");
+}
