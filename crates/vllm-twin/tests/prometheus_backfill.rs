@@ -57,10 +57,54 @@ fn query(port: u16, promql: &str, t: f64) -> f64 {
         .expect("number")
 }
 
-#[test]
-fn seed_panels_over_a_backfilled_simulation_match_the_report() {
+/// Backfill `scrapes` into `dir/tsdb` with promtool and serve it with Prometheus on a free
+/// loopback port; the guard stops it.
+fn backfill_and_serve(dir: &std::path::Path, scrapes: &std::path::Path) -> (Killer, u16) {
     let promtool = need("promtool");
     let prometheus = need("prometheus");
+    let tsdb = dir.join("tsdb");
+    let st = Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(scrapes)
+        .arg(&tsdb)
+        .stdout(Stdio::null())
+        .status()
+        .expect("promtool");
+    assert!(
+        st.success(),
+        "promtool could not backfill {}",
+        scrapes.display()
+    );
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        "global:\n  scrape_interval: 15s\nscrape_configs: []\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(&prometheus)
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!("--storage.tsdb.path={}", tsdb.display()))
+        .arg("--storage.tsdb.retention.time=100y")
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    let guard = Killer(child);
+    let t0 = Instant::now();
+    while http_get(port, "/-/ready").is_none_or(|b| !b.contains("Ready")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "prometheus did not become ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (guard, port)
+}
+
+#[test]
+fn seed_panels_over_a_backfilled_simulation_match_the_report() {
     let dir = std::env::temp_dir().join(format!("twin-prom-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -90,45 +134,7 @@ fn seed_panels_over_a_backfilled_simulation_match_the_report() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("report json");
 
-    let tsdb = dir.join("tsdb");
-    let st = Command::new(&promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(&scrapes)
-        .arg(&tsdb)
-        .stdout(Stdio::null())
-        .status()
-        .expect("promtool");
-    assert!(
-        st.success(),
-        "promtool could not backfill {}",
-        scrapes.display()
-    );
-
-    let cfg = dir.join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        "global:\n  scrape_interval: 15s\nscrape_configs: []\n",
-    )
-    .unwrap();
-    let port = free_port();
-    let child = Command::new(&prometheus)
-        .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!("--storage.tsdb.path={}", tsdb.display()))
-        .arg("--storage.tsdb.retention.time=100y")
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    let _guard = Killer(child);
-    let t0 = Instant::now();
-    while http_get(port, "/-/ready").is_none_or(|b| !b.contains("Ready")) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "prometheus did not become ready"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (_guard, port) = backfill_and_serve(&dir, &scrapes);
 
     let duration = report["duration_s"].as_f64().unwrap();
     // The last scrape at or before the end of the run, and a window covering the whole run.
@@ -216,5 +222,84 @@ fn seed_panels_over_a_backfilled_simulation_match_the_report() {
     assert!((inp - ri).abs() <= 0.05 * ri, "input {inp} vs {ri}");
     assert!((outp - ro).abs() <= 0.05 * ro, "output {outp} vs {ro}");
     eprintln!("ttft95 {ttft95} (exact {exact}), itl95 {itl95}, gen {gen_total} vs {report_total}, rate {gen_rate} vs {expect_rate}, hit {hit} vs {rep_hit}, tps {tps}, in {inp} vs {ri}, out {outp} vs {ro}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A simulated fleet reads in Prometheus as a real one: one series per pod, per-pod counters
+/// that match the per-replica report, and the fleet's hit rate from the summed counters.
+#[test]
+fn a_backfilled_fleet_has_one_series_per_pod_matching_the_report() {
+    let dir = std::env::temp_dir().join(format!("twin-prom-fleet-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let scrapes = dir.join("scrapes.om");
+    let metrics = dir.join("metrics.prom");
+    let out = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+        .args([
+            "simulate",
+            "--num-requests",
+            "1200",
+            "--request-rate",
+            "12",
+            "--multi-turn",
+            "4",
+            "--seed",
+            "3",
+            "--replicas",
+            "3",
+            "--router",
+            "session-affinity",
+            "--json",
+            "--quiet",
+            "--scrape-interval",
+            "15s",
+        ])
+        .arg("--scrapes-out")
+        .arg(&scrapes)
+        .arg("--metrics-out")
+        .arg(&metrics)
+        .output()
+        .expect("simulate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("report json");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    for pod in ["vllm-0", "vllm-1", "vllm-2"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("vllm:num_requests_running{")
+                    && l.contains(&format!("instance=\"{pod}:8000\""))
+                    && l.contains(&format!("pod=\"{pod}\""))),
+            "{pod} missing from --metrics-out"
+        );
+    }
+    let (_guard, port) = backfill_and_serve(&dir, &scrapes);
+    let duration = report["duration_s"].as_f64().unwrap();
+    let end = EPOCH + duration.floor() + 1.0;
+    let pods = query(
+        port,
+        "count(count by (pod) (vllm:num_requests_running))",
+        end,
+    );
+    assert_eq!(pods, 3.0);
+    for r in report["fleet"]["replicas"].as_array().unwrap() {
+        let pod = r["name"].as_str().unwrap();
+        let done = query(
+            port,
+            &format!("sum(last_over_time(vllm:request_success_total{{pod=\"{pod}\"}}[1h]))"),
+            end,
+        );
+        assert_eq!(done, r["num_finished"].as_f64().unwrap(), "{pod}");
+    }
+    let hit = query(
+        port,
+        "sum(last_over_time(vllm:prefix_cache_hits_total[1h])) / sum(last_over_time(vllm:prefix_cache_queries_total[1h]))",
+        end,
+    );
+    let want = report["fleet"]["prefix_cache_hit_rate"].as_f64().unwrap();
+    assert!((hit - want).abs() < 1e-6, "fleet hit rate {hit} vs {want}");
     let _ = std::fs::remove_dir_all(&dir);
 }
