@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::Report;
+use crate::report::{Report, SecondRow};
 
 const W: f64 = 720.0;
 const H: f64 = 320.0;
@@ -128,8 +128,120 @@ fn fmt_tick(v: f64) -> String {
     }
 }
 
+/// Per-replica lines: each replica when there are a few, else the spread across replicas
+/// (min, mean, max each second) so 64 replicas still read.
+fn per_replica(f: &crate::fleet::report::FleetReport, y: fn(&SecondRow) -> f64) -> Vec<Series<'_>> {
+    const EACH_UP_TO: usize = 6;
+    if f.replicas.len() <= EACH_UP_TO {
+        return f
+            .replicas
+            .iter()
+            .map(|r| Series {
+                label: &r.name,
+                points: r
+                    .seconds
+                    .iter()
+                    .map(|row| (row.t_s as f64, y(row)))
+                    .collect(),
+            })
+            .collect();
+    }
+    let len = f
+        .replicas
+        .iter()
+        .map(|r| r.seconds.len())
+        .max()
+        .unwrap_or(0);
+    let mut min = Vec::with_capacity(len);
+    let mut mean = Vec::with_capacity(len);
+    let mut max = Vec::with_capacity(len);
+    for t in 0..len {
+        let vals: Vec<f64> = f
+            .replicas
+            .iter()
+            .map(|r| r.seconds.get(t).map_or(0.0, y))
+            .collect();
+        let x = t as f64;
+        min.push((x, vals.iter().copied().fold(f64::INFINITY, f64::min)));
+        max.push((x, vals.iter().copied().fold(0.0, f64::max)));
+        mean.push((x, vals.iter().sum::<f64>() / vals.len() as f64));
+    }
+    vec![
+        Series {
+            label: "replica max",
+            points: max,
+        },
+        Series {
+            label: "replica mean",
+            points: mean,
+        },
+        Series {
+            label: "replica min",
+            points: min,
+        },
+    ]
+}
+
+/// A fleet run's charts: replicas in service over time, per-replica KV usage and queue.
+fn fleet_charts(f: &crate::fleet::report::FleetReport, end_s: f64) -> Vec<(&'static str, String)> {
+    // A step line: each count holds until the next change.
+    let mut steps = Vec::new();
+    for (i, &(t, n)) in f.replica_count.iter().enumerate() {
+        if i > 0 {
+            steps.push((t, f.replica_count[i - 1].1 as f64));
+        }
+        steps.push((t, n as f64));
+    }
+    if let Some(&(_, n)) = f.replica_count.last() {
+        steps.push((end_s, n as f64));
+    }
+    vec![
+        (
+            "fleet_replicas.svg",
+            line_chart(
+                "Replicas in service",
+                "time (s)",
+                "replicas",
+                &[Series {
+                    label: "replicas",
+                    points: steps,
+                }],
+                None,
+            ),
+        ),
+        (
+            "fleet_kv_cache_usage.svg",
+            line_chart(
+                "KV cache usage per replica (per-second means)",
+                "time (s)",
+                "fraction of blocks",
+                &per_replica(f, |row| row.kv_cache_usage_mean),
+                Some(1.0),
+            ),
+        ),
+        (
+            "fleet_waiting.svg",
+            line_chart(
+                "Requests waiting per replica (per-second means)",
+                "time (s)",
+                "requests",
+                &per_replica(f, |row| row.num_waiting_mean),
+                None,
+            ),
+        ),
+    ]
+}
+
 /// Every chart of a report, as (file name, SVG).
 pub fn all(r: &Report) -> Vec<(&'static str, String)> {
+    let mut charts = base_charts(r);
+    if let Some(f) = &r.fleet {
+        charts.extend(fleet_charts(f, r.duration_s));
+    }
+    charts
+}
+
+fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
     let t = |f: &dyn Fn(&crate::report::SecondRow) -> f64| -> Vec<(f64, f64)> {
         r.seconds
             .iter()
