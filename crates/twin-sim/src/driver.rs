@@ -172,6 +172,8 @@ pub(crate) struct EngineSlot {
     max_model_len: usize,
     /// Bumped each time the engine is queued in [`Engines`]; older queue entries are stale.
     queue_generation: u32,
+    /// GPU busy time so far (what DCGM_FI_DEV_GPU_UTIL averages over a scrape).
+    busy_s: f64,
 }
 
 impl EngineSlot {
@@ -215,6 +217,7 @@ impl EngineSlot {
             num_in_system: 0,
             max_model_len: startup.scheduler.max_model_len,
             queue_generation: 0,
+            busy_s: 0.0,
         })
     }
 
@@ -229,6 +232,11 @@ impl EngineSlot {
     /// Requests added and not yet finished.
     pub(crate) fn num_in_system(&self) -> usize {
         self.num_in_system
+    }
+
+    /// GPU busy seconds since start-up.
+    pub(crate) fn busy_s(&self) -> f64 {
+        self.busy_s
     }
 }
 
@@ -516,6 +524,9 @@ fn step_engine(
             .schedule(t, step_cost.as_ref().map(|c| c.step_time_s));
         sample.start_s = start;
         sample.end_s = end;
+        if let Some(c) = &step_cost {
+            slot.busy_s += c.gpu_time_s;
+        }
         sample.cost = step_cost;
     }
     let mut finished = 0;

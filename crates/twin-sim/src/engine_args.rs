@@ -204,6 +204,16 @@ const FLEET_ARGS: &[(&str, &str, &str)] = &[
         "YAML/TOML list of pools, each with its own flags and replica count",
     ),
     (
+        "autoscale",
+        "FILE",
+        "an HPA (autoscaling/v2) or KEDA ScaledObject YAML: scale the fleet as Kubernetes would",
+    ),
+    (
+        "weight-load-gbps",
+        "GBPS",
+        "autoscale: GB/s a new pod loads weights at (default 1; --preload: 25)",
+    ),
+    (
         "prefix-scorer-weight",
         "W",
         "prefix-aware: weight of the cached-prefix score (llm-d default 3)",
@@ -222,9 +232,16 @@ const FLEET_ARGS: &[(&str, &str, &str)] = &[
 
 /// The fleet flags as clap arguments.
 pub fn fleet_args() -> Vec<Arg> {
-    FLEET_ARGS
-        .iter()
-        .map(|&(name, value, help)| {
+    let preload = vllm_flags::bool_arg(
+        Arg::new("preload")
+            .long("preload")
+            .help(
+                "autoscale: new pods have the image and the weights in host memory (vllm preload)",
+            )
+            .help_heading("Fleet flags"),
+    );
+    std::iter::once(preload)
+        .chain(FLEET_ARGS.iter().map(|&(name, value, help)| {
             Arg::new(name)
                 .long(name)
                 .help(help)
@@ -233,7 +250,7 @@ pub fn fleet_args() -> Vec<Arg> {
                 .action(ArgAction::Set)
                 .num_args(1)
                 .allow_hyphen_values(true)
-        })
+        }))
         .collect()
 }
 
@@ -243,6 +260,10 @@ pub struct FleetArgs {
     pub replicas: Option<usize>,
     pub router: crate::fleet::RouterConfig,
     pub replica_spec: Option<String>,
+    /// `--autoscale FILE`.
+    pub autoscale: Option<String>,
+    pub weight_load_gbps: f64,
+    pub preload: bool,
 }
 
 fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError> {
@@ -268,6 +289,31 @@ fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError> {
         .map(|v| v.parse().map_err(|e: String| cfg_err("--router", e)))
         .transpose()?;
     let replica_spec = get("replica-spec").map(str::to_string);
+    let autoscale = get("autoscale").map(str::to_string);
+    let preload = m.try_get_one::<bool>("preload").ok().flatten() == Some(&true);
+    let weight_load_gbps = match get("weight-load-gbps") {
+        None => 1.0,
+        Some(v) => {
+            let x: f64 = num("--weight-load-gbps", v)?;
+            if !x.is_finite() || !(0.01..=1000.0).contains(&x) {
+                return Err(cfg_err(
+                    "--weight-load-gbps",
+                    format!("{v}: between 0.01 and 1000 GB/s"),
+                ));
+            }
+            x
+        }
+    };
+    if autoscale.is_none() {
+        for (given, flag) in [
+            (get("weight-load-gbps").is_some(), "--weight-load-gbps"),
+            (preload, "--preload"),
+        ] {
+            if given {
+                return Err(cfg_err(flag, "applies to --autoscale"));
+            }
+        }
+    }
     let mut weights = crate::fleet::ScorerWeights::default();
     let mut weight_given = None;
     for (flag, w) in [
@@ -287,7 +333,7 @@ fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError> {
             weight_given = Some(flag);
         }
     }
-    if replicas.is_none() && kind.is_none() && replica_spec.is_none() {
+    if replicas.is_none() && kind.is_none() && replica_spec.is_none() && autoscale.is_none() {
         if let Some(flag) = weight_given {
             return Err(cfg_err(
                 &format!("--{flag}"),
@@ -313,6 +359,9 @@ fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError> {
         replicas,
         router: crate::fleet::RouterConfig { kind, weights },
         replica_spec,
+        autoscale,
+        weight_load_gbps,
+        preload,
     }))
 }
 

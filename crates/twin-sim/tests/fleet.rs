@@ -25,6 +25,7 @@ fn fleet(args: &str, replicas: usize, kind: RouterKind) -> FleetConfig {
         },
         workload: a.config.workload.clone(),
         seed: a.config.seed,
+        autoscale: None,
     }
 }
 

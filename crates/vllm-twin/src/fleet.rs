@@ -7,8 +7,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use twin_sim::engine_args::{FleetArgs, SimulateArgs};
-use twin_sim::fleet::report::FleetReport;
-use twin_sim::fleet::{metrics, run_fleet, spec, FleetConfig, MetricsOptions, Pool};
+use twin_sim::fleet::report::{AutoscaleSummary, FleetReport};
+use twin_sim::fleet::{
+    autoscale, metrics, run_fleet, spec, AutoscaleConfig, FleetConfig, MetricsOptions, PodStartup,
+    Pool,
+};
 use twin_sim::observe::{Observer, Tee};
 use twin_sim::{ReportBuilder, SimError};
 
@@ -55,11 +58,41 @@ pub fn run(
             }]
         }
     };
+    let autoscale = match &fleet.autoscale {
+        None => None,
+        Some(path) => {
+            let text = match read(path) {
+                Ok(t) => t,
+                Err(e) => return usage(format!("--autoscale {path}: {e}")),
+            };
+            let spec = match autoscale::parse_autoscale(path, &text) {
+                Ok(s) => s,
+                Err(e) => return usage(e),
+            };
+            let Some(pool) = pools.iter().position(|p| p.name == spec.target) else {
+                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+                return usage(format!(
+                    "{path}: spec.scaleTargetRef.name: {:?} is not a pool of the fleet ({})",
+                    spec.target,
+                    names.join(", ")
+                ));
+            };
+            let pod_startup =
+                PodStartup::for_pool(&pools[pool], fleet.weight_load_gbps, fleet.preload);
+            Some(AutoscaleConfig {
+                spec,
+                pool,
+                pod_startup,
+                scrape_interval_s: sim.scrape_interval_s.unwrap_or(15.0),
+            })
+        }
+    };
     let fc = FleetConfig {
         pools,
         router: fleet.router,
         workload: sim.config.workload.clone(),
         seed: sim.config.seed,
+        autoscale,
     };
     if let Err(e) = fc.validate() {
         return usage(e);
@@ -95,6 +128,26 @@ pub fn run(
                 s.num_gpu_blocks
             );
         }
+        if let Some(a) = &fc.autoscale {
+            let s = &a.spec;
+            println!(
+                "  autoscaled by a {} on {} ({}..{} replicas); a new pod serves after {:.0} s \
+                 (scheduling {:.0} + image {:.0} + weights {:.0} + vLLM start-up {:.0})",
+                s.kind,
+                s.metrics
+                    .iter()
+                    .map(|m| format!("{:?} target {}", m.metric, m.target))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                s.min_replicas,
+                s.max_replicas,
+                a.pod_startup.total_s(),
+                a.pod_startup.scheduling_s,
+                a.pod_startup.image_pull_s,
+                a.pod_startup.weight_load_s,
+                a.pod_startup.engine_init_s
+            );
+        }
         for n in &sim.notes {
             println!("note: {n}");
         }
@@ -124,7 +177,12 @@ pub fn run(
     let wall_s = t0.elapsed().as_secs_f64();
     let pool_names: Vec<String> = fc.pools.iter().map(|p| p.name.clone()).collect();
     let mut report = builder.finish(num_engines);
-    report.fleet = Some(FleetReport::new(&outcome, &pool_names));
+    let mut fleet_report = FleetReport::new(&outcome, &pool_names);
+    fleet_report.autoscale = fc
+        .autoscale
+        .as_ref()
+        .map(|a| AutoscaleSummary::new(a, &pool_names[a.pool], &outcome.replica_count));
+    report.fleet = Some(fleet_report);
     if sim.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -128,3 +128,147 @@ fn four_tp1_replicas_beat_one_tp4_when_the_model_fits() {
     // TP4 pays all-reduces and splits small matmuls four ways: less throughput per GPU.
     assert!(ta > 1.05 * tb, "4 x TP1 {ta} tok/s vs 1 x TP4 {tb} tok/s");
 }
+
+fn kit_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("twin-fleet-kit-{}", std::process::id()));
+    if !dir.join("k8s/vllm-hpa.yaml").exists() {
+        let out = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+            .args(["kit", "--out"])
+            .arg(&dir)
+            .output()
+            .expect("vllm-twin kit");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// The seed's HPA advice, run as Kubernetes runs it: the kit's own HPA and KEDA files scale
+/// the fleet up under a traffic step and back down after it.
+#[test]
+fn the_kits_hpa_and_keda_scale_up_under_a_step_and_back_down_after() {
+    let dir = kit_dir();
+    for file in ["k8s/vllm-hpa.yaml", "k8s/vllm-keda-scaledobject.yaml"] {
+        let path = dir.join(file);
+        let out = simulate(&[
+            "--num-requests",
+            "14000",
+            "--replicas",
+            "1",
+            "--rate-profile",
+            "step:0=5,200=40,400=5",
+            "--seed",
+            "2",
+            "--json",
+            "--quiet",
+            "--autoscale",
+            path.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let counts: Vec<(f64, u64)> = r["fleet"]["replica_count"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_f64().unwrap(), p[1].as_u64().unwrap()))
+            .collect();
+        let (peak_at, peak) = counts.iter().copied().max_by_key(|c| c.1).unwrap();
+        assert!(peak >= 3, "{file}: {counts:?}");
+        // Nothing serves before the step (200 s) plus a pod's start-up.
+        let startup = r["fleet"]["autoscale"]["pod_startup_s"]["weight_load_s"]
+            .as_f64()
+            .unwrap();
+        assert!(startup > 0.0);
+        assert!(counts[1].0 > 200.0, "{file}: {counts:?}");
+        // Back down once the step is over, never below minReplicas.
+        let last = counts.last().unwrap();
+        assert!(last.0 > peak_at && last.1 < peak, "{file}: {counts:?}");
+        assert!(
+            counts.iter().all(|c| c.1 >= 1 && c.1 <= 8),
+            "{file}: {counts:?}"
+        );
+        assert!(r["fleet"]["autoscale"]["scale_downs"].as_u64().unwrap() >= 1);
+        // Every request finished somewhere: scale-down drains, it does not drop.
+        assert_eq!(r["num_finished"], 14000);
+    }
+}
+
+#[test]
+fn preload_starts_pods_sooner() {
+    let dir = kit_dir();
+    let path = dir.join("k8s/vllm-hpa.yaml");
+    let first_up = |extra: &[&str]| -> f64 {
+        let mut args = vec![
+            "--num-requests",
+            "6000",
+            "--rate-profile",
+            "step:0=5,100=40",
+            "--json",
+            "--quiet",
+            "--autoscale",
+            path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = simulate(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        r["fleet"]["replica_count"][1][0].as_f64().unwrap()
+    };
+    let cold = first_up(&[]);
+    let warm = first_up(&["--preload"]);
+    assert!(warm + 40.0 < cold, "preload {warm} s vs cold {cold} s");
+}
+
+#[test]
+fn bad_autoscaling_files_are_named() {
+    let dir = kit_dir();
+    let hpa = std::fs::read_to_string(dir.join("k8s/vllm-hpa.yaml")).unwrap();
+    let unknown = tmp(
+        "unknown-metric.yaml",
+        &hpa.replace("vllm_num_requests_waiting", "vllm_gpu_temperature"),
+    );
+    refused(
+        &["--autoscale", &unknown],
+        &[
+            "unknown-metric.yaml: line",
+            "spec.metrics[1].pods.metric.name",
+            "vllm_gpu_temperature",
+        ],
+    );
+    let broken = tmp(
+        "broken.yaml",
+        &hpa.replace("maxReplicas: 8", "maxReplicas: [8"),
+    );
+    refused(&["--autoscale", &broken], &["broken.yaml: line"]);
+    let target = tmp(
+        "target.yaml",
+        &hpa.replace(
+            "    name: vllm\n  minReplicas",
+            "    name: llama\n  minReplicas",
+        ),
+    );
+    refused(&["--autoscale", &target], &["scaleTargetRef.name", "llama"]);
+    let kind = tmp(
+        "kind.yaml",
+        &hpa.replace(
+            "kind: HorizontalPodAutoscaler",
+            "kind: VerticalPodAutoscaler",
+        ),
+    );
+    refused(
+        &["--autoscale", &kind],
+        &["kind.yaml: line", "VerticalPodAutoscaler"],
+    );
+    refused(&["--preload"], &["--preload", "--autoscale"]);
+}

@@ -3,11 +3,14 @@
 //! every replica is queued by its next step time, so the fleet needs no threads to be
 //! deterministic. Same inputs and seed → same bytes.
 
+pub mod autoscale;
 pub mod metrics;
 pub mod prefix_index;
 pub mod report;
 pub mod router;
 pub mod spec;
+
+use std::collections::VecDeque;
 
 use twin_engine::KvCacheEvent;
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
@@ -17,6 +20,7 @@ use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
 use crate::report::{Report, ReportBuilder, Slo};
 use crate::{RequestTimes, SimConfig, SimError, Startup};
 
+use autoscale::{AutoscaleSpec, Autoscaler, PodSample, HPA_SYNC_PERIOD_S};
 pub use prefix_index::MAX_INDEXED_REPLICAS;
 pub use router::{ReplicaLoad, Router, RouterConfig, RouterKind, ScorerWeights};
 
@@ -39,6 +43,80 @@ pub struct FleetConfig {
     pub router: RouterConfig,
     pub workload: WorkloadSpec,
     pub seed: u64,
+    pub autoscale: Option<AutoscaleConfig>,
+}
+
+/// `--autoscale`: the control loop and what a new pod costs to start.
+#[derive(Clone, Debug)]
+pub struct AutoscaleConfig {
+    pub spec: AutoscaleSpec,
+    /// The pool it scales (the one named by `scaleTargetRef.name`).
+    pub pool: usize,
+    pub pod_startup: PodStartup,
+    /// How often Prometheus scrapes the replicas.
+    pub scrape_interval_s: f64,
+}
+
+/// What a scale-up waits for before the new pod serves.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct PodStartup {
+    /// Scheduling the pod on a node with a free GPU.
+    pub scheduling_s: f64,
+    /// Pulling the vLLM image (0 when the node has it).
+    pub image_pull_s: f64,
+    /// Loading the weights onto the GPUs.
+    pub weight_load_s: f64,
+    /// vLLM's own start-up: memory profiling, KV allocation, CUDA graph capture.
+    pub engine_init_s: f64,
+}
+
+/// Pod start-up constants (docs/fleet.md says where they come from).
+pub mod startup_times {
+    /// kube-scheduler binding plus the kubelet starting the container.
+    pub const SCHEDULING_S: f64 = 2.0;
+    /// `vllm/vllm-openai` (~10 GB compressed layers) at ~250 MB/s from a registry.
+    pub const IMAGE_PULL_S: f64 = 40.0;
+    /// vLLM 0.34 start-up besides weights: profiling run, KV allocation, torch.compile cache
+    /// hit and CUDA graph capture of the default sizes.
+    pub const ENGINE_INIT_S: f64 = 25.0;
+    /// The same with `--enforce-eager` (no graphs to capture).
+    pub const ENGINE_INIT_EAGER_S: f64 = 8.0;
+    /// `--preload`: weights resident in host memory, copied over PCIe Gen5 (~25 GB/s).
+    pub const PRELOAD_GBPS: f64 = 25.0;
+}
+
+impl PodStartup {
+    /// A pod of `pool`: weights from the memory plan (every rank's shard), loaded at
+    /// `weight_load_gbps` GB/s, or from host memory with `preload` (image already on the node).
+    pub fn for_pool(pool: &Pool, weight_load_gbps: f64, preload: bool) -> Self {
+        let c = &pool.startup.plan.config;
+        let ranks = (c.tensor_parallel_size * c.pipeline_parallel_size).max(1) as f64;
+        let weights_gb = pool.startup.plan.weights_bytes() as f64 * ranks / 1e9;
+        let dp = pool.config.data_parallel_size.max(1) as f64;
+        let gbps = if preload {
+            startup_times::PRELOAD_GBPS
+        } else {
+            weight_load_gbps
+        };
+        PodStartup {
+            scheduling_s: startup_times::SCHEDULING_S,
+            image_pull_s: if preload {
+                0.0
+            } else {
+                startup_times::IMAGE_PULL_S
+            },
+            weight_load_s: weights_gb * dp / gbps,
+            engine_init_s: if c.enforce_eager {
+                startup_times::ENGINE_INIT_EAGER_S
+            } else {
+                startup_times::ENGINE_INIT_S
+            },
+        }
+    }
+
+    pub fn total_s(&self) -> f64 {
+        self.scheduling_s + self.image_pull_s + self.weight_load_s + self.engine_init_s
+    }
 }
 
 impl FleetConfig {
@@ -139,18 +217,58 @@ pub struct MetricsOptions {
     pub enable_mfu_metrics: bool,
 }
 
+/// Where a replica is in its life.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ReplicaState {
+    /// Scheduled by a scale-up; serves from `ready_s` (image, weights, vLLM start-up).
+    Starting {
+        ready_s: f64,
+    },
+    Serving,
+    /// Out of the router's endpoints (scale-down); finishing what it holds.
+    Draining,
+    /// Drained, or removed before it ever served.
+    Gone,
+}
+
 /// A replica in the event loop.
 struct Replica {
     engines: std::ops::Range<usize>,
-    in_service: bool,
+    pool: usize,
+    state: ReplicaState,
+    /// Its scrapes, oldest first, for the autoscaler's windows.
+    scrapes: VecDeque<PodSample>,
+}
+
+/// A pool as the loop starts replicas of it.
+struct PoolRuntime {
+    name: String,
+    config: SimConfig,
+    startup: Startup,
+    /// Replicas created so far (pod names count up, as a StatefulSet's would).
+    created: usize,
+}
+
+/// The autoscaler's part of the loop.
+struct AutoscaleLoop {
+    autoscaler: Autoscaler,
+    pool: usize,
+    startup_s: f64,
+    scrape_interval_s: f64,
+    next_scrape_s: f64,
+    next_sync_s: f64,
+    /// Replicas starting, by the time they become ready (earliest first).
+    pending: VecDeque<(f64, usize)>,
 }
 
 /// The fleet's side of the event loop: the router over replicas in service, then vLLM's DP
 /// balancer among the chosen replica's engines; after each step the replica's KV events feed
-/// the prefix index (prefix-aware only).
+/// the prefix index (prefix-aware only); the autoscaler's scrapes, syncs and pod start-ups as
+/// timers.
 struct FleetDispatch {
     router: Router,
     state: FleetState,
+    autoscale: Option<AutoscaleLoop>,
 }
 
 /// What the router reads: the replicas and which are in service.
@@ -159,8 +277,14 @@ struct FleetState {
     names: Vec<String>,
     /// Replica of each engine.
     engine_replica: Vec<usize>,
+    /// Serving replicas, ascending.
     in_service: Vec<usize>,
     events: Vec<KvCacheEvent>,
+    pools: Vec<PoolRuntime>,
+    seed: u64,
+    kv_events: bool,
+    replica_count: Vec<(f64, usize)>,
+    draining: Vec<usize>,
 }
 
 impl FleetState {
@@ -177,6 +301,86 @@ impl FleetState {
         l.kv_cache_usage /= rep.engines.len().max(1) as f64;
         l
     }
+
+    /// Create a replica of `pool` (its engines idle until it serves).
+    fn create_replica(
+        &mut self,
+        pool: usize,
+        engines: &mut Engines,
+        state: ReplicaState,
+    ) -> Result<usize, SimError> {
+        let r = self.replicas.len();
+        let p = &mut self.pools[pool];
+        // Replica 0 runs with the fleet's seed: a one-replica fleet is a plain run.
+        let seed = self.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let first = engines.slots.len();
+        for rank in 0..p.config.data_parallel_size.max(1) {
+            let mut slot = EngineSlot::new(&p.config, &p.startup, rank, seed)?;
+            if self.kv_events {
+                slot.core_mut().enable_kv_cache_events();
+            }
+            engines.push(slot);
+            self.engine_replica.push(r);
+        }
+        self.names.push(pod_name(&p.name, p.created));
+        p.created += 1;
+        self.replicas.push(Replica {
+            engines: first..engines.slots.len(),
+            pool,
+            state,
+            scrapes: VecDeque::new(),
+        });
+        Ok(r)
+    }
+
+    fn serve(&mut self, r: usize, t_s: f64, observer: &mut dyn Observer) {
+        let rep = &mut self.replicas[r];
+        rep.state = ReplicaState::Serving;
+        let at = self.in_service.partition_point(|&x| x < r);
+        self.in_service.insert(at, r);
+        observer.on_replica_up(&ReplicaUp {
+            replica: r,
+            pool: rep.pool,
+            name: &self.names[r],
+            engines: rep.engines.clone(),
+            t_s,
+        });
+        self.count_changed(t_s);
+    }
+
+    fn drain(&mut self, r: usize, t_s: f64, observer: &mut dyn Observer, router: &mut Router) {
+        self.replicas[r].state = ReplicaState::Draining;
+        self.in_service.retain(|&x| x != r);
+        self.draining.push(r);
+        // The pod leaves the endpoints: the indexer drops what it knew of it.
+        if let Some(index) = router.index.as_mut() {
+            index.forget(r);
+        }
+        observer.on_replica_down(r, t_s);
+        self.count_changed(t_s);
+    }
+
+    fn count_changed(&mut self, t_s: f64) {
+        let n = self.in_service.len();
+        match self.replica_count.last_mut() {
+            Some(last) if last.0 == t_s => last.1 = n,
+            _ => self.replica_count.push((t_s, n)),
+        }
+    }
+
+    /// Replicas of `pool` in the Deployment's spec: starting or serving.
+    fn spec_replicas(&self, pool: usize) -> usize {
+        self.replicas
+            .iter()
+            .filter(|r| {
+                r.pool == pool
+                    && matches!(
+                        r.state,
+                        ReplicaState::Starting { .. } | ReplicaState::Serving
+                    )
+            })
+            .count()
+    }
 }
 
 impl Dispatch for FleetDispatch {
@@ -191,12 +395,124 @@ impl Dispatch for FleetDispatch {
     }
 
     fn after_step(&mut self, e: usize, slot: &mut EngineSlot) {
+        let r = self.state.engine_replica[e];
         if let Some(index) = self.router.index.as_mut() {
             let events = &mut self.state.events;
             slot.core_mut().take_kv_cache_events(events);
-            index.apply(self.state.engine_replica[e], events);
+            if self.state.replicas[r].state == ReplicaState::Serving {
+                index.apply(r, events);
+            }
             events.clear();
         }
+    }
+
+    fn next_timer_s(&self) -> Option<f64> {
+        let a = self.autoscale.as_ref()?;
+        let ready = a.pending.front().map_or(f64::INFINITY, |p| p.0);
+        Some(a.next_scrape_s.min(a.next_sync_s).min(ready))
+    }
+
+    fn on_timer(
+        &mut self,
+        t_s: f64,
+        engines: &mut Engines,
+        observer: &mut dyn Observer,
+    ) -> Result<(), SimError> {
+        let Some(a) = self.autoscale.as_mut() else {
+            return Ok(());
+        };
+        let state = &mut self.state;
+        // Drained replicas leave for good.
+        state.draining.retain(|&r| {
+            let idle = engines.slots[state.replicas[r].engines.clone()]
+                .iter()
+                .all(|s| s.num_in_system() == 0 && !s.core().has_work());
+            if idle {
+                state.replicas[r].state = ReplicaState::Gone;
+            }
+            !idle
+        });
+        while let Some(&(ready_s, r)) = a.pending.front() {
+            if ready_s > t_s {
+                break;
+            }
+            a.pending.pop_front();
+            if matches!(state.replicas[r].state, ReplicaState::Starting { .. }) {
+                state.serve(r, ready_s, observer);
+            }
+        }
+        if a.next_scrape_s <= t_s {
+            for &r in &state.in_service {
+                let rep = &mut state.replicas[r];
+                let mut s = PodSample {
+                    t_s,
+                    ..PodSample::default()
+                };
+                for slot in &engines.slots[rep.engines.clone()] {
+                    let sched = slot.core().scheduler();
+                    s.waiting += sched.num_waiting() as f64;
+                    s.running += sched.running().len() as f64;
+                    s.kv_cache_usage = s.kv_cache_usage.max(sched.kv_cache_manager().usage());
+                    s.busy_s += slot.busy_s();
+                    s.num_gpus += 1.0;
+                }
+                rep.scrapes.push_back(s);
+                // Keep what the longest window (30 s) and a rate need.
+                while rep.scrapes.len() > 2 && rep.scrapes[0].t_s < t_s - 60.0 {
+                    rep.scrapes.pop_front();
+                }
+            }
+            a.next_scrape_s += a.scrape_interval_s;
+        }
+        if a.next_sync_s <= t_s {
+            a.next_sync_s += HPA_SYNC_PERIOD_S;
+            let pool = a.pool;
+            let current = state.spec_replicas(pool);
+            let ready: Vec<&VecDeque<PodSample>> = state
+                .in_service
+                .iter()
+                .filter(|&&r| {
+                    state.replicas[r].pool == pool && !state.replicas[r].scrapes.is_empty()
+                })
+                .map(|&r| &state.replicas[r].scrapes)
+                .collect();
+            let next = a.autoscaler.sync(t_s, current, &ready);
+            if next > current {
+                for _ in current..next {
+                    let ready_s = t_s + a.startup_s;
+                    let r =
+                        state.create_replica(pool, engines, ReplicaState::Starting { ready_s })?;
+                    a.pending.push_back((ready_s, r));
+                }
+            } else if next < current {
+                // A ReplicaSet deletes pods that are not ready first, then the newest.
+                let mut victims: Vec<usize> = (0..state.replicas.len())
+                    .rev()
+                    .filter(|&r| {
+                        state.replicas[r].pool == pool
+                            && matches!(state.replicas[r].state, ReplicaState::Starting { .. })
+                    })
+                    .chain(
+                        state
+                            .in_service
+                            .iter()
+                            .rev()
+                            .copied()
+                            .filter(|&r| state.replicas[r].pool == pool),
+                    )
+                    .take(current - next)
+                    .collect();
+                for r in victims.drain(..) {
+                    match state.replicas[r].state {
+                        ReplicaState::Starting { .. } => {
+                            state.replicas[r].state = ReplicaState::Gone
+                        }
+                        _ => state.drain(r, t_s, observer, &mut self.router),
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -216,91 +532,79 @@ pub fn run_fleet(
     fleet.validate()?;
     let mut workload = Workload::new(fleet.workload.clone())?;
     let mut engines = Engines::default();
-    let mut replicas = Vec::new();
-    let mut names = Vec::new();
-    let mut engine_replica = Vec::new();
-    let mut per_replica = PerReplica {
-        replicas: Vec::new(),
-        engine: Vec::new(),
-    };
-    let prefix_aware = fleet.router.kind == RouterKind::PrefixAware;
-    for (pool_index, pool) in fleet.pools.iter().enumerate() {
-        let dp = pool.config.data_parallel_size.max(1);
-        for i in 0..pool.replicas {
-            let r = replicas.len();
-            // Replica 0 runs with the fleet's seed: a one-replica fleet is a plain run.
-            let seed = fleet.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            let first = engines.slots.len();
-            for rank in 0..dp {
-                let mut slot = EngineSlot::new(&pool.config, &pool.startup, rank, seed)?;
-                if prefix_aware {
-                    slot.core_mut().enable_kv_cache_events();
-                }
-                engines.push(slot);
-                engine_replica.push(r);
-                per_replica.engine.push((r, rank));
-            }
-            let name = pod_name(&pool.name, i);
-            let instance = format!("{name}:8000");
-            per_replica.replicas.push(ReplicaCollector {
-                builder: ReportBuilder::new(slo),
-                metrics: metrics.map(|m| {
-                    crate::metrics_bridge::MetricsObserver::new(
-                        &pool.startup,
-                        &m.served_model_name,
-                        dp,
-                        m.kv_cache_metrics,
-                        m.scrape_interval_s,
-                    )
-                    .with_mfu(m.enable_mfu_metrics)
-                    .with_target_labels(&name, &instance)
-                }),
-                name: name.clone(),
-                instance,
-                pool: pool_index,
-                num_engines: dp,
-            });
-            replicas.push(Replica {
-                engines: first..engines.slots.len(),
-                in_service: true,
-            });
-            names.push(name);
-        }
-    }
     let block_size = fleet
         .pools
         .first()
         .map_or(16, |p| p.startup.scheduler.block_size);
-    let in_service: Vec<usize> = (0..replicas.len())
-        .filter(|&r| replicas[r].in_service)
-        .collect();
-    let replica_count = vec![(0.0, in_service.len())];
-    let mut dispatch = FleetDispatch {
-        router: Router::new(fleet.router, fleet.seed, block_size),
-        state: FleetState {
-            replicas,
-            names,
-            engine_replica,
-            in_service,
-            events: Vec::new(),
-        },
+    let router = Router::new(fleet.router, fleet.seed, block_size);
+    let mut state = FleetState {
+        replicas: Vec::new(),
+        names: Vec::new(),
+        engine_replica: Vec::new(),
+        in_service: Vec::new(),
+        events: Vec::new(),
+        pools: fleet
+            .pools
+            .iter()
+            .map(|p| PoolRuntime {
+                name: p.name.clone(),
+                config: p.config.clone(),
+                startup: p.startup.clone(),
+                created: 0,
+            })
+            .collect(),
+        seed: fleet.seed,
+        kv_events: fleet.router.kind == RouterKind::PrefixAware,
+        replica_count: Vec::new(),
+        draining: Vec::new(),
     };
+    let mut per_replica = PerReplica {
+        replicas: Vec::new(),
+        engine: Vec::new(),
+        pools: fleet
+            .pools
+            .iter()
+            .map(|p| (p.startup.clone(), p.config.data_parallel_size.max(1)))
+            .collect(),
+        slo,
+        metrics: metrics.cloned(),
+    };
+    let mut initial = Vec::new();
+    for (pool, p) in fleet.pools.iter().enumerate() {
+        let n = match &fleet.autoscale {
+            Some(a) if a.pool == pool => p.replicas.clamp(a.spec.min_replicas, a.spec.max_replicas),
+            _ => p.replicas,
+        };
+        for _ in 0..n {
+            initial.push(state.create_replica(pool, &mut engines, ReplicaState::Serving)?);
+        }
+    }
+    let autoscale = fleet.autoscale.as_ref().map(|a| AutoscaleLoop {
+        autoscaler: Autoscaler::new(a.spec.clone()),
+        pool: a.pool,
+        startup_s: a.pod_startup.total_s(),
+        scrape_interval_s: a.scrape_interval_s,
+        next_scrape_s: 0.0,
+        next_sync_s: HPA_SYNC_PERIOD_S,
+        pending: VecDeque::new(),
+    });
     {
         let mut tee = crate::observe::Tee(vec![observer, &mut per_replica]);
-        for (r, rep) in dispatch.state.replicas.iter().enumerate() {
-            tee.on_replica_up(&ReplicaUp {
-                replica: r,
-                pool: per_replica_pool(&fleet.pools, r),
-                name: &dispatch.state.names[r],
-                engines: rep.engines.clone(),
-                t_s: 0.0,
-            });
+        for r in initial {
+            state.serve(r, 0.0, &mut tee);
         }
+        let mut dispatch = FleetDispatch {
+            router,
+            state,
+            autoscale,
+        };
         run_loop(&mut workload, &mut engines, &mut dispatch, &mut tee)?;
+        state = dispatch.state;
     }
     let replicas = per_replica
         .replicas
         .into_iter()
+        .flatten()
         .map(|c| ReplicaOutcome {
             report: c.builder.finish(c.num_engines),
             metrics: c.metrics,
@@ -312,18 +616,8 @@ pub fn run_fleet(
     Ok(FleetOutcome {
         router: fleet.router.kind,
         replicas,
-        replica_count,
+        replica_count: state.replica_count,
     })
-}
-
-fn per_replica_pool(pools: &[Pool], mut r: usize) -> usize {
-    for (i, p) in pools.iter().enumerate() {
-        if r < p.replicas {
-            return i;
-        }
-        r -= p.replicas;
-    }
-    pools.len().saturating_sub(1)
 }
 
 struct ReplicaCollector {
@@ -338,31 +632,73 @@ struct ReplicaCollector {
 /// Each replica's own report and /metrics: events routed by engine to their replica, with
 /// the engine's DP rank as the engine index its recorder knows.
 struct PerReplica {
-    replicas: Vec<ReplicaCollector>,
+    replicas: Vec<Option<ReplicaCollector>>,
     /// (replica, DP rank) of each global engine index.
     engine: Vec<(usize, usize)>,
+    /// Each pool's start-up and DP size.
+    pools: Vec<(Startup, usize)>,
+    slo: Slo,
+    metrics: Option<MetricsOptions>,
+}
+
+impl PerReplica {
+    fn at(&mut self, engine: usize) -> (&mut ReplicaCollector, usize) {
+        let (r, rank) = self.engine[engine];
+        let c = self.replicas[r]
+            .as_mut()
+            .expect("a serving replica has a collector");
+        (c, rank)
+    }
 }
 
 impl Observer for PerReplica {
+    fn on_replica_up(&mut self, up: &ReplicaUp<'_>) {
+        let (startup, dp) = &self.pools[up.pool];
+        let instance = format!("{}:8000", up.name);
+        if self.replicas.len() <= up.replica {
+            self.replicas.resize_with(up.replica + 1, || None);
+        }
+        if self.engine.len() < up.engines.end {
+            self.engine.resize(up.engines.end, (usize::MAX, 0));
+        }
+        for (rank, e) in up.engines.clone().enumerate() {
+            self.engine[e] = (up.replica, rank);
+        }
+        self.replicas[up.replica] = Some(ReplicaCollector {
+            builder: ReportBuilder::new(self.slo),
+            metrics: self.metrics.as_ref().map(|m| {
+                crate::metrics_bridge::MetricsObserver::new(
+                    startup,
+                    &m.served_model_name,
+                    *dp,
+                    m.kv_cache_metrics,
+                    m.scrape_interval_s,
+                )
+                .with_mfu(m.enable_mfu_metrics)
+                .with_target_labels(up.name, &instance)
+            }),
+            name: up.name.to_string(),
+            instance,
+            pool: up.pool,
+            num_engines: *dp,
+        });
+    }
     fn on_first_token(&mut self, engine: usize, times: &RequestTimes, frontend_s: f64, n: usize) {
-        let (r, rank) = self.engine[engine];
-        let c = &mut self.replicas[r];
+        let (c, rank) = self.at(engine);
         c.builder.on_first_token(rank, times, frontend_s, n);
         if let Some(m) = c.metrics.as_mut() {
             m.on_first_token(rank, times, frontend_s, n);
         }
     }
     fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, t_s: f64) {
-        let (r, rank) = self.engine[engine];
-        let c = &mut self.replicas[r];
+        let (c, rank) = self.at(engine);
         c.builder.on_inter_tokens(rank, itl_s, count, t_s);
         if let Some(m) = c.metrics.as_mut() {
             m.on_inter_tokens(rank, itl_s, count, t_s);
         }
     }
     fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>) {
-        let (r, rank) = self.engine[engine];
-        let c = &mut self.replicas[r];
+        let (c, rank) = self.at(engine);
         c.builder.on_finished(rank, req);
         if let Some(m) = c.metrics.as_mut() {
             m.on_finished(rank, req);
@@ -370,8 +706,7 @@ impl Observer for PerReplica {
     }
     fn on_rejected(&mut self, _req: &RequestSpec) {}
     fn on_step(&mut self, engine: usize, step: &StepSample) {
-        let (r, rank) = self.engine[engine];
-        let c = &mut self.replicas[r];
+        let (c, rank) = self.at(engine);
         c.builder.on_step(rank, step);
         if let Some(m) = c.metrics.as_mut() {
             m.on_step(rank, step);

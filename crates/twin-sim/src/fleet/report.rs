@@ -33,6 +33,37 @@ pub struct FleetReport {
     pub prefix_cache_hit_rate: f64,
     /// Replicas in service: `[t_s, n]` at the start and at every change.
     pub replica_count: Vec<(f64, usize)>,
+    /// `--autoscale`: what scaled the fleet and what a new pod waited for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleSummary>,
+}
+
+/// `fleet.autoscale` in the JSON report.
+#[derive(Clone, Debug, Serialize)]
+pub struct AutoscaleSummary {
+    /// `HorizontalPodAutoscaler` or `ScaledObject`.
+    pub kind: String,
+    pub pool: String,
+    pub min_replicas: usize,
+    pub max_replicas: usize,
+    pub pod_startup_s: super::PodStartup,
+    pub scale_ups: usize,
+    pub scale_downs: usize,
+}
+
+impl AutoscaleSummary {
+    pub fn new(a: &super::AutoscaleConfig, pool: &str, replica_count: &[(f64, usize)]) -> Self {
+        let steps = replica_count.windows(2);
+        AutoscaleSummary {
+            kind: a.spec.kind.clone(),
+            pool: pool.to_string(),
+            min_replicas: a.spec.min_replicas,
+            max_replicas: a.spec.max_replicas,
+            pod_startup_s: a.pod_startup,
+            scale_ups: steps.clone().filter(|w| w[1].1 > w[0].1).count(),
+            scale_downs: steps.filter(|w| w[1].1 < w[0].1).count(),
+        }
+    }
 }
 
 impl FleetReport {
@@ -65,6 +96,7 @@ impl FleetReport {
             replicas,
             prefix_cache_hit_rate: if queries > 0.0 { hits / queries } else { 0.0 },
             replica_count: outcome.replica_count.clone(),
+            autoscale: None,
         }
     }
 
@@ -78,6 +110,19 @@ impl FleetReport {
             self.router,
             self.prefix_cache_hit_rate * 100.0
         );
+        if let Some(a) = &self.autoscale {
+            let peak = self.replica_count.iter().map(|c| c.1).max().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "autoscale: {} on pool {}: {} scale-ups, {} scale-downs, peak {} replicas; a new pod took {:.0} s to serve",
+                a.kind,
+                a.pool,
+                a.scale_ups,
+                a.scale_downs,
+                peak,
+                a.pod_startup_s.total_s()
+            );
+        }
         let _ = writeln!(
             s,
             "{:<16}{:>10}{:>9}{:>9}{:>9}{:>8}{:>9}{:>11}{:>11}{:>10}",

@@ -27,6 +27,9 @@ pub const FLEET_FLAGS: &[&str] = &[
     "--replicas",
     "--router",
     "--replica-spec",
+    "--autoscale",
+    "--weight-load-gbps",
+    "--preload",
     "--prefix-scorer-weight",
     "--queue-scorer-weight",
     "--kv-cache-scorer-weight",
@@ -240,7 +243,8 @@ pub fn without_fleet_flags(argv: &[String]) -> Vec<String> {
         }
         let key = a.split('=').next().unwrap_or(a);
         if FLEET_FLAGS.contains(&key) {
-            skip_value = !a.contains('=');
+            // `--preload` is a switch; the others take a value.
+            skip_value = !a.contains('=') && key != "--preload";
             continue;
         }
         out.push(a.clone());
