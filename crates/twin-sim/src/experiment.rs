@@ -64,17 +64,54 @@ struct Run {
 }
 
 fn simulate(args: &str) -> Result<Run, SimError> {
+    simulate_with(args, &|p| Err(format!("experiments read no files ({p})")))
+}
+
+/// One run; a fleet when the flags ask for one (`read_file` serves its spec files).
+fn simulate_with(
+    args: &str,
+    read_file: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<Run, SimError> {
     let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
-    let a = parse_simulate_args(&argv, &|p| Err(format!("experiments read no files ({p})")))?;
-    let startup = crate::startup(&a.config)?;
+    let a = parse_simulate_args(&argv, read_file)?;
     let mut b = ReportBuilder::new(Slo::default());
     let mut split = TtftByLength::default();
-    {
-        let mut tee = Tee(vec![&mut b, &mut split]);
-        crate::run(&a.config, &startup, &mut tee)?;
-    }
+    let report = match &a.fleet {
+        None => {
+            let startup = crate::startup(&a.config)?;
+            {
+                let mut tee = Tee(vec![&mut b, &mut split]);
+                crate::run(&a.config, &startup, &mut tee)?;
+            }
+            b.finish(a.config.data_parallel_size)
+        }
+        Some(f) => {
+            let fc = crate::fleet::from_args(&argv, &a, f, read_file)?;
+            let outcome = {
+                let mut tee = Tee(vec![&mut b, &mut split]);
+                crate::fleet::run_fleet(&fc, Slo::default(), None, &mut tee)?
+            };
+            let engines = fc
+                .pools
+                .iter()
+                .map(|p| p.replicas * p.config.data_parallel_size.max(1))
+                .sum();
+            let mut report = b.finish(engines);
+            let names: Vec<String> = fc.pools.iter().map(|p| p.name.clone()).collect();
+            let mut fr = crate::fleet::report::FleetReport::new(&outcome, &names);
+            fr.autoscale = fc.autoscale.as_ref().map(|x| {
+                crate::fleet::report::AutoscaleSummary::new(
+                    x,
+                    &names[x.pool],
+                    &outcome.replica_count,
+                )
+            });
+            report.fleet = Some(fr);
+            report
+        }
+    };
     Ok(Run {
-        report: b.finish(a.config.data_parallel_size),
+        report,
         ttft_short_p99_s: split.short.quantile(0.99),
         ttft_long_p99_s: split.long.quantile(0.99),
     })
@@ -187,6 +224,127 @@ fn rows() -> Vec<Row> {
     ]
 }
 
+/// Files the fleet rows name, served from memory (experiments touch no disk).
+fn fleet_file(path: &str) -> Result<String, String> {
+    let hpa = |metric: &str, target: &str| {
+        format!(
+            "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: vllm\n\
+             spec:\n  scaleTargetRef:\n    apiVersion: apps/v1\n    kind: Deployment\n    name: vllm\n\
+             \x20 minReplicas: 1\n  maxReplicas: 8\n  metrics:\n  - type: Pods\n    pods:\n\
+             \x20     metric:\n        name: {metric}\n      target:\n        type: AverageValue\n\
+             \x20       averageValue: '{target}'\n"
+        )
+    };
+    Ok(match path {
+        "tp1.yaml" => "pools:\n  - name: tp1\n    replicas: 4\n    args: -tp 1\n".into(),
+        "tp4.yaml" => "pools:\n  - name: tp4\n    replicas: 1\n    args: -tp 4\n".into(),
+        "hpa-kv.yaml" => hpa("vllm_kv_cache_usage_perc", "0.65"),
+        "hpa-waiting.yaml" => hpa("vllm_num_requests_waiting", "3"),
+        "hpa-gpu.yaml" => hpa("DCGM_FI_DEV_GPU_UTIL", "80"),
+        other => return Err(format!("no such experiment file: {other}")),
+    })
+}
+
+fn replica_seconds(r: &Run) -> f64 {
+    let Some(f) = &r.report.fleet else { return 0.0 };
+    let end = r.report.duration_s;
+    f.replica_count
+        .iter()
+        .enumerate()
+        .map(|(i, &(t, n))| {
+            let next = f.replica_count.get(i + 1).map_or(end, |c| c.0);
+            (next.min(end) - t).max(0.0) * n as f64
+        })
+        .sum()
+}
+
+/// The seed's fleet claims (its routing and autoscaling advice) as A/B runs.
+fn fleet_rows() -> Vec<Row> {
+    // Prefill-heavy step: long prompts, short answers. KV usage plateaus near 0.35 while the
+    // queue grows, as the kit's HPA comment warns.
+    const PREFILL_STEP: &str = "--replicas 1 --num-requests 3000 --rate-profile step:0=3,120=14,480=3 --input-len lognormal:mean=4000,sigma=0.3 --output-len 20";
+    // A chat step one replica nearly absorbs.
+    const CHAT_STEP: &str = "--replicas 1 --num-requests 5000 --rate-profile step:0=4,120=20,480=4 --input-len lognormal:mean=1500,sigma=0.6 --output-len 150";
+    vec![
+        Row {
+            flag: "--router",
+            change: "round-robin -> session-affinity",
+            workload: "--replicas 4 --request-rate 12 --multi-turn 5 --think-time 3s",
+            a: "--router round-robin",
+            b: "--router session-affinity",
+            claims: vec![
+                Claim {
+                    metric: "prefix-cache hit rate (fleet)",
+                    read: |r| {
+                        r.report
+                            .fleet
+                            .as_ref()
+                            .map_or(0.0, |f| f.prefix_cache_hit_rate)
+                    },
+                    seed_says: Direction::Up,
+                },
+                Claim {
+                    metric: "prompt tokens computed",
+                    read: |r| r.report.computed_prompt_tokens as f64,
+                    seed_says: Direction::Down,
+                },
+                Claim {
+                    metric: "vllm:time_to_first_token_seconds (p50)",
+                    read: |r| r.report.ttft_s.p50,
+                    seed_says: Direction::Down,
+                },
+            ],
+        },
+        Row {
+            flag: "--tensor-parallel-size",
+            change: "1 x TP4 -> 4 x TP1",
+            workload: "--max-concurrency 1024",
+            a: "--replica-spec tp4.yaml",
+            b: "--replica-spec tp1.yaml",
+            claims: vec![Claim {
+                metric: "output tokens/s (saturated)",
+                read: |r| r.report.output_tokens_per_s,
+                seed_says: Direction::Up,
+            }],
+        },
+        Row {
+            flag: "HPA metric",
+            change: "kv_cache_usage -> waiting (prefill-heavy step)",
+            workload: PREFILL_STEP,
+            a: "--autoscale hpa-kv.yaml",
+            b: "--autoscale hpa-waiting.yaml",
+            claims: vec![
+                Claim {
+                    metric: "peak replicas",
+                    read: |r| {
+                        r.report.fleet.as_ref().map_or(0.0, |f| {
+                            f.replica_count.iter().map(|c| c.1).max().unwrap_or(0) as f64
+                        })
+                    },
+                    seed_says: Direction::Up,
+                },
+                Claim {
+                    metric: "vllm:time_to_first_token_seconds (p99)",
+                    read: |r| r.report.ttft_s.p99,
+                    seed_says: Direction::Down,
+                },
+            ],
+        },
+        Row {
+            flag: "HPA metric",
+            change: "GPU util -> waiting (chat step)",
+            workload: CHAT_STEP,
+            a: "--autoscale hpa-gpu.yaml",
+            b: "--autoscale hpa-waiting.yaml",
+            claims: vec![Claim {
+                metric: "replica-seconds (GPU cost)",
+                read: replica_seconds,
+                seed_says: Direction::Down,
+            }],
+        },
+    ]
+}
+
 /// One metric of one row, measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct ClaimResult {
@@ -229,10 +387,30 @@ fn agrees(measured: Direction, seed: Direction) -> bool {
 
 /// Run every row. `quick` uses fewer requests (tests).
 pub fn seed_table(quick: bool) -> Result<Vec<ClaimResult>, SimError> {
-    let n = if quick { 400 } else { 2000 };
+    table(rows(), if quick { 400 } else { 2000 }, &simulate)
+}
+
+/// The seed's fleet claims: routing, TP layout, what the HPA scales on. `quick` uses fewer
+/// requests (the autoscaling rows keep enough for the traffic step).
+pub fn fleet_table(quick: bool) -> Result<Vec<ClaimResult>, SimError> {
+    table(fleet_rows(), if quick { 1500 } else { 5000 }, &|args| {
+        simulate_with(args, &fleet_file)
+    })
+}
+
+fn table(
+    rows: Vec<Row>,
+    n: usize,
+    simulate: &dyn Fn(&str) -> Result<Run, SimError>,
+) -> Result<Vec<ClaimResult>, SimError> {
     let mut out = Vec::new();
-    for row in rows() {
-        let base = format!("{} --num-requests {n} --seed 1", row.workload);
+    for row in rows {
+        // A traffic-step row sizes its own run to the step.
+        let base = if row.workload.contains("--num-requests") {
+            format!("{} --seed 1", row.workload)
+        } else {
+            format!("{} --num-requests {n} --seed 1", row.workload)
+        };
         let ra = simulate(&format!("{base} {}", row.a))?;
         let rb = simulate(&format!("{base} {}", row.b))?;
         for c in &row.claims {

@@ -78,3 +78,48 @@ fn fp8_kv_cache_gives_twice_the_blocks() {
     let (auto, fp8) = (blocks(&[]), blocks(&["--kv-cache-dtype", "fp8"]));
     assert!((fp8 / auto - 2.0).abs() < 0.02, "auto {auto} fp8 {fp8}");
 }
+
+/// The seed's fleet claims whose outcome vLLM's and Kubernetes' mechanics make certain:
+/// affinity keeps a conversation's prefix where it is cached; under a prefill-heavy step KV
+/// usage plateaus below the HPA target while the queue grows, so only the queue-based HPA
+/// scales; GPU utilisation reads near 100 % with any batch running, so an HPA on it keeps
+/// more replicas than the load needs. (The TP row is the cost model's, not certain; it is
+/// reported, not asserted here: see docs/fleet.md.)
+#[test]
+fn certain_fleet_claims_agree_with_the_seed() {
+    let rs = twin_sim::experiment::fleet_table(true).expect("fleet experiments run");
+    for (flag, change, metric) in [
+        (
+            "--router",
+            "round-robin -> session-affinity",
+            "prefix-cache hit rate",
+        ),
+        (
+            "--router",
+            "round-robin -> session-affinity",
+            "prompt tokens computed",
+        ),
+        (
+            "HPA metric",
+            "kv_cache_usage -> waiting (prefill-heavy step)",
+            "peak replicas",
+        ),
+        (
+            "HPA metric",
+            "kv_cache_usage -> waiting (prefill-heavy step)",
+            "vllm:time_to_first_token_seconds (p99)",
+        ),
+        (
+            "HPA metric",
+            "GPU util -> waiting (chat step)",
+            "replica-seconds",
+        ),
+    ] {
+        let r = find(&rs, flag, change, metric);
+        assert!(
+            r.agrees,
+            "{flag} {change} {metric}: A {} B {} ({:?})",
+            r.a, r.b, r.measured
+        );
+    }
+}

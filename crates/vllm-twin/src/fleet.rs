@@ -8,10 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use twin_sim::engine_args::{FleetArgs, SimulateArgs};
 use twin_sim::fleet::report::{AutoscaleSummary, FleetReport};
-use twin_sim::fleet::{
-    autoscale, metrics, run_fleet, spec, AutoscaleConfig, FleetConfig, MetricsOptions, PodStartup,
-    Pool,
-};
+use twin_sim::fleet::{metrics, run_fleet, MetricsOptions};
 use twin_sim::observe::{Observer, Tee};
 use twin_sim::{ReportBuilder, SimError};
 
@@ -28,75 +25,15 @@ pub fn run(
     fleet: &FleetArgs,
     read: &dyn Fn(&str) -> Result<String, String>,
 ) -> Result<ExitCode> {
-    let pools = match &fleet.replica_spec {
-        Some(path) => {
-            let text = match read(path) {
-                Ok(t) => t,
-                Err(e) => return usage(format!("--replica-spec {path}: {e}")),
-            };
-            let built = spec::parse_replica_spec(path, &text)
-                .and_then(|specs| spec::build_pools(path, &specs, args, read));
-            match built {
-                Ok(p) => p,
-                Err(e) => return usage(e),
-            }
+    let fc = match twin_sim::fleet::from_args(args, sim, fleet, read) {
+        Ok(fc) => fc,
+        Err(SimError::Cost(e)) => {
+            // vLLM refuses to start with its own message.
+            eprintln!("error: {}", e.vllm_message());
+            return Ok(ExitCode::from(1));
         }
-        None => {
-            let startup = match twin_sim::startup(&sim.config) {
-                Ok(s) => s,
-                Err(SimError::Cost(e)) => {
-                    eprintln!("error: {}", e.vllm_message());
-                    return Ok(ExitCode::from(1));
-                }
-                Err(e) => return usage(e),
-            };
-            vec![Pool {
-                name: "vllm".into(),
-                replicas: fleet.replicas.unwrap_or(1),
-                config: sim.config.clone(),
-                startup,
-            }]
-        }
+        Err(e) => return usage(e),
     };
-    let autoscale = match &fleet.autoscale {
-        None => None,
-        Some(path) => {
-            let text = match read(path) {
-                Ok(t) => t,
-                Err(e) => return usage(format!("--autoscale {path}: {e}")),
-            };
-            let spec = match autoscale::parse_autoscale(path, &text) {
-                Ok(s) => s,
-                Err(e) => return usage(e),
-            };
-            let Some(pool) = pools.iter().position(|p| p.name == spec.target) else {
-                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-                return usage(format!(
-                    "{path}: spec.scaleTargetRef.name: {:?} is not a pool of the fleet ({})",
-                    spec.target,
-                    names.join(", ")
-                ));
-            };
-            let pod_startup =
-                PodStartup::for_pool(&pools[pool], fleet.weight_load_gbps, fleet.preload);
-            Some(AutoscaleConfig {
-                spec,
-                pool,
-                pod_startup,
-                scrape_interval_s: sim.scrape_interval_s.unwrap_or(15.0),
-            })
-        }
-    };
-    let fc = FleetConfig {
-        pools,
-        router: fleet.router,
-        workload: sim.config.workload.clone(),
-        seed: sim.config.seed,
-        autoscale,
-    };
-    if let Err(e) = fc.validate() {
-        return usage(e);
-    }
     if sim.scrapes_out.is_some() != sim.scrape_interval_s.is_some() {
         return usage("--scrapes-out and --scrape-interval go together");
     }

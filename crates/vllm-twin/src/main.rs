@@ -121,6 +121,16 @@ enum ExperimentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run the seed's fleet claims (router, 4 x TP1 vs 1 x TP4, what the HPA scales on) as A/B
+    /// fleet simulations (docs/fleet.md).
+    Fleet {
+        /// Fewer requests per run (faster, noisier).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -207,6 +217,7 @@ fn main() -> ExitCode {
         Command::Models => list_models(),
         Command::Experiment { command } => match command {
             ExperimentCommand::SeedTable { quick, json } => seed_table(quick, json),
+            ExperimentCommand::Fleet { quick, json } => fleet_table(quick, json),
         },
         Command::Gpus => list_gpus(),
         Command::Conformance { command } => match command {
@@ -229,6 +240,16 @@ fn main() -> ExitCode {
 
 fn seed_table(quick: bool, json: bool) -> Result<ExitCode> {
     let results = twin_sim::experiment::seed_table(quick)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", twin_sim::experiment::render(&results));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fleet_table(quick: bool, json: bool) -> Result<ExitCode> {
+    let results = twin_sim::experiment::fleet_table(quick)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {

@@ -516,6 +516,70 @@ impl Dispatch for FleetDispatch {
     }
 }
 
+/// The fleet a `simulate` command line asks for: `--replicas N` (one pool, `vllm`, of the
+/// command line's engine) or `--replica-spec FILE`, plus `--autoscale FILE`. `args` is the
+/// command line (a pool's flags are parsed on top of it); `read_file` loads the files.
+/// `SimError::Cost` is vLLM refusing to start the one pool.
+pub fn from_args(
+    args: &[String],
+    sim: &crate::engine_args::SimulateArgs,
+    fleet: &crate::engine_args::FleetArgs,
+    read_file: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<FleetConfig, SimError> {
+    let file = |flag: &str, path: &str| {
+        read_file(path).map_err(|e| SimError::Config {
+            field: format!("{flag} {path}"),
+            message: e,
+        })
+    };
+    let pools = match &fleet.replica_spec {
+        Some(path) => {
+            let specs = spec::parse_replica_spec(path, &file("--replica-spec", path)?)?;
+            spec::build_pools(path, &specs, args, read_file)?
+        }
+        None => vec![Pool {
+            name: "vllm".into(),
+            replicas: fleet.replicas.unwrap_or(1),
+            config: sim.config.clone(),
+            startup: crate::startup(&sim.config)?,
+        }],
+    };
+    let autoscale = match &fleet.autoscale {
+        None => None,
+        Some(path) => {
+            let spec = autoscale::parse_autoscale(path, &file("--autoscale", path)?)?;
+            let Some(pool) = pools.iter().position(|p| p.name == spec.target) else {
+                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+                return Err(SimError::Config {
+                    field: format!("{path}: spec.scaleTargetRef.name"),
+                    message: format!(
+                        "{:?} is not a pool of the fleet ({})",
+                        spec.target,
+                        names.join(", ")
+                    ),
+                });
+            };
+            let pod_startup =
+                PodStartup::for_pool(&pools[pool], fleet.weight_load_gbps, fleet.preload);
+            Some(AutoscaleConfig {
+                spec,
+                pool,
+                pod_startup,
+                scrape_interval_s: sim.scrape_interval_s.unwrap_or(15.0),
+            })
+        }
+    };
+    let fc = FleetConfig {
+        pools,
+        router: fleet.router,
+        workload: sim.config.workload.clone(),
+        seed: sim.config.seed,
+        autoscale,
+    };
+    fc.validate()?;
+    Ok(fc)
+}
+
 /// Pod name of the `i`-th replica of `pool`.
 pub fn pod_name(pool: &str, i: usize) -> String {
     format!("{pool}-{i}")
