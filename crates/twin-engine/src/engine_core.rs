@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use crate::config::{ConfigError, SchedulerConfig};
-use crate::kv_cache::KvCacheEvent;
+use crate::kv_cache::KvEvents;
 use crate::request::{NewRequest, RequestStatus, TokenId};
 use crate::sched::{EngineCoreOutputs, ModelRunnerOutput, ReqHandle, Scheduler, SchedulerOutput};
 
@@ -109,7 +109,7 @@ impl EngineCore {
     }
 
     /// [`Scheduler::take_kv_cache_events`]: the cache changes since the last call.
-    pub fn take_kv_cache_events(&mut self, out: &mut Vec<KvCacheEvent>) {
+    pub fn take_kv_cache_events(&mut self, out: &mut KvEvents) {
         self.scheduler.take_kv_cache_events(out);
     }
 

@@ -20,7 +20,7 @@ pub mod synthetic;
 pub use config::{ConfigError, SchedulerConfig, SchedulingPolicy};
 pub use engine_core::{EngineCore, ModelRunner, StepReport};
 pub use kv_cache::hashing::{hash_block, BlockHash, NONE_HASH};
-pub use kv_cache::KvCacheEvent;
+pub use kv_cache::{KvCacheEvent, KvEvents};
 pub use request::{
     EngineCoreEvent, EngineCoreEventType, FinishReason, NewRequest, PrefillStats, Request,
     RequestStatus, SamplingParams, TokenId, PLACEHOLDER_TOKEN_ID,

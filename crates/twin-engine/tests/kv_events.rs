@@ -5,7 +5,10 @@
 use std::collections::BTreeSet;
 
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
-use twin_engine::{EngineCore, KvCacheEvent, NewRequest, SamplingParams, SchedulerConfig};
+use twin_engine::{
+    hash_block, EngineCore, KvCacheEvent, KvEvents, NewRequest, SamplingParams, SchedulerConfig,
+    NONE_HASH,
+};
 
 fn replay_matches_the_pool(coast: bool) {
     let config = SchedulerConfig {
@@ -28,7 +31,7 @@ fn replay_matches_the_pool(coast: bool) {
     }
     let system: Vec<u32> = (0..256).map(|t| 10 + t).collect();
     let mut held: BTreeSet<(u128, u32)> = BTreeSet::new();
-    let mut events = Vec::new();
+    let mut events = KvEvents::default();
     let (mut stored, mut removed) = (0, 0);
     for step in 0..3_000u32 {
         if step % 7 == 0 && step < 1_400 {
@@ -61,14 +64,21 @@ fn replay_matches_the_pool(coast: bool) {
         }
         core.step(&mut runner, step as f64, |_, _| {});
         core.take_kv_cache_events(&mut events);
-        for ev in events.drain(..) {
-            match ev {
+        for ev in &events.events {
+            match *ev {
                 KvCacheEvent::BlockStored {
                     block_hash,
                     block_id,
+                    parent_block_hash,
+                    ..
                 } => {
                     stored += 1;
                     assert!(held.insert((block_hash, block_id)), "stored twice");
+                    // What a subscriber gets is enough to recompute the hash.
+                    let tokens = events.tokens(ev);
+                    assert_eq!(tokens.len(), 16);
+                    let parent = parent_block_hash.unwrap_or(NONE_HASH);
+                    assert_eq!(hash_block(parent, tokens, None, None), block_hash);
                 }
                 KvCacheEvent::BlockRemoved {
                     block_hash,
@@ -80,6 +90,7 @@ fn replay_matches_the_pool(coast: bool) {
                 KvCacheEvent::AllBlocksCleared => held.clear(),
             }
         }
+        events.clear();
         let pool = core
             .scheduler()
             .kv_cache_manager()

@@ -33,10 +33,15 @@ enum CachedIds {
 /// (`vllm/distributed/kv_events.py`): one per block, in the order they happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvCacheEvent {
-    /// A full block entered the cache under this hash. vLLM: `BlockStored`.
+    /// A full block entered the cache under this hash. vLLM: `BlockStored` (one block per
+    /// event, as `BlockPool` emits it block by block). `tokens` (start, len) indexes the
+    /// block's token ids in [`KvEvents::token_ids`]; `parent_block_hash` is the previous
+    /// block's (`None` for a request's first block).
     BlockStored {
         block_hash: BlockHash,
         block_id: u32,
+        parent_block_hash: Option<BlockHash>,
+        tokens: (u32, u32),
     },
     /// A cached block was evicted (reused for new tokens). vLLM: `BlockRemoved`.
     BlockRemoved {
@@ -45,6 +50,56 @@ pub enum KvCacheEvent {
     },
     /// The whole prefix cache was reset. vLLM: `AllBlocksCleared`.
     AllBlocksCleared,
+}
+
+/// Queued cache events and the token ids their BlockStored events carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvEvents {
+    pub events: Vec<KvCacheEvent>,
+    pub token_ids: Vec<u32>,
+}
+
+impl KvEvents {
+    pub fn clear(&mut self) {
+        self.events.clear();
+        self.token_ids.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The token ids of a BlockStored event (empty for the others).
+    pub fn tokens(&self, ev: &KvCacheEvent) -> &[u32] {
+        match *ev {
+            KvCacheEvent::BlockStored {
+                tokens: (start, len),
+                ..
+            } => &self.token_ids[start as usize..(start + len) as usize],
+            _ => &[],
+        }
+    }
+
+    /// Move `other`'s events to the end of ours.
+    fn append(&mut self, other: &mut KvEvents) {
+        let base = self.token_ids.len() as u32;
+        self.events
+            .extend(other.events.drain(..).map(|ev| match ev {
+                KvCacheEvent::BlockStored {
+                    block_hash,
+                    block_id,
+                    parent_block_hash,
+                    tokens: (start, len),
+                } => KvCacheEvent::BlockStored {
+                    block_hash,
+                    block_id,
+                    parent_block_hash,
+                    tokens: (base + start, len),
+                },
+                other => other,
+            }));
+        self.token_ids.append(&mut other.token_ids);
+    }
 }
 
 /// vLLM: `BlockPool` + `FreeKVCacheBlockQueue`.
@@ -68,7 +123,7 @@ pub struct BlockPool {
     pub(crate) now_s: f64,
     /// `Some` when KV cache events are on (vLLM: `enable_kv_cache_events`): the queue
     /// `take_events` drains.
-    events: Option<Vec<KvCacheEvent>>,
+    events: Option<KvEvents>,
 }
 
 impl BlockPool {
@@ -140,11 +195,15 @@ impl BlockPool {
 
     /// Start queueing [`KvCacheEvent`]s (vLLM: `BlockPool(enable_kv_cache_events=True)`).
     pub fn enable_events(&mut self) {
-        self.events.get_or_insert_with(Vec::new);
+        self.events.get_or_insert_with(KvEvents::default);
+    }
+
+    pub fn events_enabled(&self) -> bool {
+        self.events.is_some()
     }
 
     /// Move the queued events to the end of `out`. vLLM: `BlockPool.take_events`.
-    pub fn take_events(&mut self, out: &mut Vec<KvCacheEvent>) {
+    pub fn take_events(&mut self, out: &mut KvEvents) {
         if let Some(q) = self.events.as_mut() {
             out.append(q);
         }
@@ -164,6 +223,18 @@ impl BlockPool {
 
     /// Enter a full block into the prefix cache. vLLM: `BlockPool._insert_block_hash`.
     pub fn cache_block(&mut self, block: u32, hash: BlockHash) {
+        self.cache_block_with(block, hash, None, &[]);
+    }
+
+    /// [`Self::cache_block`], with what a BlockStored event tells: the parent block's hash
+    /// and the block's tokens. vLLM: `BlockPool.cache_full_blocks`.
+    pub fn cache_block_with(
+        &mut self,
+        block: u32,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+    ) {
         if block == NULL_BLOCK_ID {
             return;
         }
@@ -177,9 +248,13 @@ impl BlockPool {
             }
         }
         if let Some(q) = self.events.as_mut() {
-            q.push(KvCacheEvent::BlockStored {
+            let start = q.token_ids.len() as u32;
+            q.token_ids.extend_from_slice(tokens);
+            q.events.push(KvCacheEvent::BlockStored {
                 block_hash: hash,
                 block_id: block,
+                parent_block_hash: parent,
+                tokens: (start, tokens.len() as u32),
             });
         }
         match self.cached.get_mut(&hash) {
@@ -202,7 +277,7 @@ impl BlockPool {
         };
         self.num_hashed_blocks -= 1;
         if let Some(q) = self.events.as_mut() {
-            q.push(KvCacheEvent::BlockRemoved {
+            q.events.push(KvCacheEvent::BlockRemoved {
                 block_hash: hash,
                 block_id: block,
             });

@@ -5,6 +5,6 @@ pub mod hashing;
 pub mod manager;
 pub mod residency;
 
-pub use block_pool::{BlockPool, KvCacheEvent, NULL_BLOCK_ID};
+pub use block_pool::{BlockPool, KvCacheEvent, KvEvents, NULL_BLOCK_ID};
 pub use manager::{AllocateSlots, KVCacheManager};
 pub use residency::{KVCacheMetricsCollector, KvCacheEvictionEvent};

@@ -18,7 +18,7 @@ use super::output::{
 use super::request_queue::RequestQueue;
 use super::{ReqHandle, RequestSlab};
 use crate::config::{ConfigError, SchedulerConfig, SchedulingPolicy};
-use crate::kv_cache::{AllocateSlots, KVCacheManager, KvCacheEvent};
+use crate::kv_cache::{AllocateSlots, KVCacheManager, KvEvents};
 use crate::request::{
     EngineCoreEventType, NewRequest, Request, RequestStatus, TokenId, PLACEHOLDER_TOKEN_ID,
 };
@@ -237,7 +237,7 @@ impl Scheduler {
 
     /// Drain the queued events into `out`. vLLM: `Scheduler.make_kv_cache_events`'s
     /// `kv_cache_manager.take_events()`.
-    pub fn take_kv_cache_events(&mut self, out: &mut Vec<KvCacheEvent>) {
+    pub fn take_kv_cache_events(&mut self, out: &mut KvEvents) {
         self.kv.block_pool.take_events(out);
     }
 

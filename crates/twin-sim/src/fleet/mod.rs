@@ -12,7 +12,7 @@ pub mod spec;
 
 use std::collections::VecDeque;
 
-use twin_engine::KvCacheEvent;
+use twin_engine::KvEvents;
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
 use crate::driver::{pick_engine, run_loop, Dispatch, EngineSlot, Engines};
@@ -279,7 +279,7 @@ struct FleetState {
     engine_replica: Vec<usize>,
     /// Serving replicas, ascending.
     in_service: Vec<usize>,
-    events: Vec<KvCacheEvent>,
+    events: KvEvents,
     pools: Vec<PoolRuntime>,
     seed: u64,
     kv_events: bool,
@@ -400,7 +400,7 @@ impl Dispatch for FleetDispatch {
             let events = &mut self.state.events;
             slot.core_mut().take_kv_cache_events(events);
             if self.state.replicas[r].state == ReplicaState::Serving {
-                index.apply(r, events);
+                index.apply(r, &events.events);
             }
             events.clear();
         }

@@ -75,6 +75,8 @@ mod tests {
         KvCacheEvent::BlockStored {
             block_hash: h,
             block_id: 1,
+            parent_block_hash: None,
+            tokens: (0, 0),
         }
     }
 
