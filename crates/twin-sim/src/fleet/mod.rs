@@ -606,7 +606,7 @@ pub fn run_fleet(
         names: Vec::new(),
         engine_replica: Vec::new(),
         in_service: Vec::new(),
-        events: Vec::new(),
+        events: KvEvents::default(),
         pools: fleet
             .pools
             .iter()
