@@ -26,6 +26,7 @@ pub const SERVE_VLLM_FLAGS: &[&str] = &[
     "enable_force_include_usage",
     "enable_prompt_tokens_details",
     "response_role",
+    "kv_events_config",
 ];
 
 /// The server's own flags (not vLLM's): (name, value name or `None` for a boolean, help).
@@ -133,6 +134,8 @@ pub enum ServeArgsError {
     NotANumber { flag: &'static str, value: String },
     #[error("{flag}: {value:?} is not an integer")]
     NotAnInteger { flag: &'static str, value: String },
+    #[error("{flag}: {message}")]
+    Invalid { flag: &'static str, message: String },
     #[error("{flag}: must be {bound}")]
     OutOfRange {
         flag: &'static str,
@@ -204,6 +207,18 @@ fn serve_config(
         enable_force_include_usage: v.flag("enable_force_include_usage").unwrap_or(false),
         enable_prompt_tokens_details: v.flag("enable_prompt_tokens_details").unwrap_or(false),
         response_role: v.str("response_role").unwrap_or_else(|| "assistant".into()),
+        kv_events: v
+            .cli_str("kv_events_config")
+            .map(|j| {
+                crate::kv_events::parse_kv_events_config(j).map_err(|message| {
+                    ServeArgsError::Invalid {
+                        flag: "--kv-events-config",
+                        message,
+                    }
+                })
+            })
+            .transpose()?
+            .flatten(),
     };
     if let Some(x) = own("time-scale") {
         let x: f64 = num("--time-scale", x)?;

@@ -134,6 +134,8 @@ pub struct EngineCounters {
 
 /// Everything the engine thread owns.
 pub struct EngineLoop {
+    kv_events: Option<crate::kv_events::KvEventSink>,
+    kv_event_buffer: twin_engine::KvEvents,
     core: EngineCore,
     runner: FillerRunner,
     cost: CostModel,
@@ -163,14 +165,21 @@ pub struct EngineParts {
     pub dcgm: Arc<Dcgm>,
     pub counters: Arc<EngineCounters>,
     pub lateness: Arc<std::sync::Mutex<Vec<f64>>>,
+    /// `--kv-events-config`: where each step's KV cache events go.
+    pub kv_events: Option<crate::kv_events::KvEventSink>,
 }
 
 const LATENESS_SAMPLES: usize = 1 << 16;
 
 impl EngineLoop {
-    pub fn new(p: EngineParts) -> Self {
+    pub fn new(mut p: EngineParts) -> Self {
         let max_num_seqs = p.core.scheduler().config().max_num_seqs;
+        if p.kv_events.is_some() {
+            p.core.enable_kv_cache_events();
+        }
         EngineLoop {
+            kv_events: p.kv_events,
+            kv_event_buffer: twin_engine::KvEvents::default(),
             core: p.core,
             runner: p.runner,
             cost: p.cost,
@@ -223,6 +232,12 @@ impl EngineLoop {
                 }
             });
             self.counters.steps.fetch_add(1, Ordering::Relaxed);
+            if let Some(sink) = &self.kv_events {
+                // vLLM publishes the step's cache events from `update_from_output`.
+                self.core.take_kv_cache_events(&mut self.kv_event_buffer);
+                sink.publish(&self.kv_event_buffer);
+                self.kv_event_buffer.clear();
+            }
             if report.scheduled {
                 let (start, end) = self
                     .timeline

@@ -49,11 +49,16 @@ pub struct ServeConfig {
     pub enable_force_include_usage: bool,
     pub enable_prompt_tokens_details: bool,
     pub response_role: String,
+    /// `--kv-events-config` with events on and the zmq publisher.
+    pub kv_events: Option<crate::kv_events::KvEventsConfig>,
 }
 
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// `--kv-events-config`: the publisher's socket.
+    #[error("--kv-events-config: {0}")]
+    KvEvents(String),
     /// vLLM itself would refuse (e.g. max_model_len does not fit), with vLLM's message.
     #[error("{0}")]
     Refused(String),
@@ -197,6 +202,14 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
     let counters = Arc::new(EngineCounters::default());
     let liveness = Arc::new(EngineLiveness::default());
     let lateness = Arc::new(Mutex::new(Vec::new()));
+    let kv_events = match &cfg.kv_events {
+        None => None,
+        Some(k) => Some(
+            crate::kv_events::start_publisher(k, startup.scheduler.block_size)
+                .await
+                .map_err(StartError::KvEvents)?,
+        ),
+    };
     let (tx, rx) = mpsc::channel();
     let engine = EngineLoop::new(EngineParts {
         core,
@@ -208,6 +221,7 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
         dcgm: dcgm.clone(),
         counters: counters.clone(),
         lateness: lateness.clone(),
+        kv_events,
     });
     let opts = ServeOptions {
         served_model_name: cfg.sim.served_model_name.clone(),
