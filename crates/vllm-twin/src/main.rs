@@ -216,8 +216,12 @@ fn main() -> ExitCode {
         })(),
         Command::Models => list_models(),
         Command::Experiment { command } => match command {
-            ExperimentCommand::SeedTable { quick, json } => seed_table(quick, json),
-            ExperimentCommand::Fleet { quick, json } => fleet_table(quick, json),
+            ExperimentCommand::SeedTable { quick, json } => {
+                print_claims(&twin_sim::experiment::seed_table(quick)?, json)
+            }
+            ExperimentCommand::Fleet { quick, json } => {
+                print_claims(&twin_sim::experiment::fleet_table(quick)?, json)
+            }
         },
         Command::Gpus => list_gpus(),
         Command::Conformance { command } => match command {
@@ -238,22 +242,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn seed_table(quick: bool, json: bool) -> Result<ExitCode> {
-    let results = twin_sim::experiment::seed_table(quick)?;
+/// An experiment's claims as the table, or as JSON.
+fn print_claims(results: &[twin_sim::experiment::ClaimResult], json: bool) -> Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        println!("{}", serde_json::to_string_pretty(results)?);
     } else {
-        print!("{}", twin_sim::experiment::render(&results));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn fleet_table(quick: bool, json: bool) -> Result<ExitCode> {
-    let results = twin_sim::experiment::fleet_table(quick)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
-    } else {
-        print!("{}", twin_sim::experiment::render(&results));
+        print!("{}", twin_sim::experiment::render(results));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -57,6 +57,30 @@ fn query(port: u16, promql: &str, t: f64) -> f64 {
         .expect("number")
 }
 
+/// `vllm-twin simulate ARGS --json --quiet --scrape-interval 15s --scrapes-out SCRAPES`
+/// (plus `more`): the JSON report.
+fn simulate_with_scrapes(
+    args: &[&str],
+    scrapes: &std::path::Path,
+    more: &[&std::ffi::OsStr],
+) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+        .arg("simulate")
+        .args(args)
+        .args(["--json", "--quiet", "--scrape-interval", "15s"])
+        .arg("--scrapes-out")
+        .arg(scrapes)
+        .args(more)
+        .output()
+        .expect("simulate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report json")
+}
+
 /// Backfill `scrapes` into `dir/tsdb` with promtool and serve it with Prometheus on a free
 /// loopback port; the guard stops it.
 fn backfill_and_serve(dir: &std::path::Path, scrapes: &std::path::Path) -> (Killer, u16) {
@@ -109,30 +133,18 @@ fn seed_panels_over_a_backfilled_simulation_match_the_report() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let scrapes = dir.join("scrapes.om");
-    let out = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
-        .args([
-            "simulate",
+    let report = simulate_with_scrapes(
+        &[
             "--num-requests",
             "2500",
             "--request-rate",
             "12",
             "--seed",
             "3",
-            "--json",
-            "--quiet",
-            "--scrape-interval",
-            "15s",
-        ])
-        .arg("--scrapes-out")
-        .arg(&scrapes)
-        .output()
-        .expect("simulate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &scrapes,
+        &[],
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("report json");
 
     let (_guard, port) = backfill_and_serve(&dir, &scrapes);
 
@@ -234,9 +246,8 @@ fn a_backfilled_fleet_has_one_series_per_pod_matching_the_report() {
     std::fs::create_dir_all(&dir).unwrap();
     let scrapes = dir.join("scrapes.om");
     let metrics = dir.join("metrics.prom");
-    let out = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
-        .args([
-            "simulate",
+    let report = simulate_with_scrapes(
+        &[
             "--num-requests",
             "1200",
             "--request-rate",
@@ -249,23 +260,10 @@ fn a_backfilled_fleet_has_one_series_per_pod_matching_the_report() {
             "3",
             "--router",
             "session-affinity",
-            "--json",
-            "--quiet",
-            "--scrape-interval",
-            "15s",
-        ])
-        .arg("--scrapes-out")
-        .arg(&scrapes)
-        .arg("--metrics-out")
-        .arg(&metrics)
-        .output()
-        .expect("simulate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &scrapes,
+        &["--metrics-out".as_ref(), metrics.as_os_str()],
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("report json");
     let text = std::fs::read_to_string(&metrics).unwrap();
     for pod in ["vllm-0", "vllm-1", "vllm-2"] {
         assert!(
