@@ -217,10 +217,10 @@ fn main() -> ExitCode {
         Command::Models => list_models(),
         Command::Experiment { command } => match command {
             ExperimentCommand::SeedTable { quick, json } => {
-                print_claims(&twin_sim::experiment::seed_table(quick)?, json)
+                print_claims(twin_sim::experiment::seed_table(quick), json)
             }
             ExperimentCommand::Fleet { quick, json } => {
-                print_claims(&twin_sim::experiment::fleet_table(quick)?, json)
+                print_claims(twin_sim::experiment::fleet_table(quick), json)
             }
         },
         Command::Gpus => list_gpus(),
@@ -243,11 +243,15 @@ fn main() -> ExitCode {
 }
 
 /// An experiment's claims as the table, or as JSON.
-fn print_claims(results: &[twin_sim::experiment::ClaimResult], json: bool) -> Result<ExitCode> {
+fn print_claims(
+    results: Result<Vec<twin_sim::experiment::ClaimResult>, twin_sim::SimError>,
+    json: bool,
+) -> Result<ExitCode> {
+    let results = results?;
     if json {
-        println!("{}", serde_json::to_string_pretty(results)?);
+        println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        print!("{}", twin_sim::experiment::render(results));
+        print!("{}", twin_sim::experiment::render(&results));
     }
     Ok(ExitCode::SUCCESS)
 }
