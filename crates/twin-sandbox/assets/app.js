@@ -67,6 +67,13 @@
       { id: "chunked_prefill", label: "Chunked prefill <code>--enable-chunked-prefill</code>", kind: "check" },
       { id: "enforce_eager", label: "<code>--enforce-eager</code> (no CUDA graphs)", kind: "check" },
     ]},
+    { name: "Fleet", items: [
+      { id: "replicas", label: "Replicas <code>--replicas</code>", kind: "range", min: 1, max: 16, step: 1, int: true },
+      { id: "router", label: "Router <code>--router</code>", kind: "select",
+        options: () => [["round-robin", "round-robin (k8s Service)"], ["least-loaded", "least-loaded"], ["session-affinity", "session-affinity"], ["prefix-aware", "prefix-aware (llm-d)"], ["random", "random"]] },
+      { id: "autoscale", label: "Autoscaler (HPA, 1–8 replicas)", kind: "select",
+        options: () => [["off", "off"], ["waiting", "num_requests_waiting > 3"], ["kv", "kv_cache_usage_perc > 0.65"]] },
+    ]},
   ];
   const DEFS = {};
   GROUPS.forEach((g) => g.items.forEach((d) => { DEFS[d.id] = d; }));
@@ -466,6 +473,7 @@
     { id: "tput", title: "Tokens/s: prompt in, generated out", series: [["tok_in", "in", C.c], ["tok_out", "out", C.d]], fmt: fmtK },
     { id: "tokstep", title: "Tokens per engine step", series: [["tok_step", "scheduled tokens", C.c]], fmt: fmtK,
       lines: () => state.plan ? [[state.plan.max_num_batched_tokens, "max-num-batched-tokens", "#8c959f"]] : [] },
+    { id: "replicas", title: "Replicas in service", series: [["replicas", "replicas", C.c]], fmt: (v) => v.toFixed(0) },
   ];
   function fmtS(v) { return v >= 1 ? v.toFixed(v >= 10 ? 0 : 1) + " s" : (v * 1000).toFixed(v >= 0.01 ? 0 : 1) + " ms"; }
   function fmtK(v) { return v >= 1000 ? (v / 1000).toFixed(v >= 10000 ? 0 : 1) + "k" : v.toFixed(0); }

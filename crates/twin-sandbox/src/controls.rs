@@ -86,6 +86,13 @@ pub struct Controls {
     /// Virtual seconds of traffic to simulate.
     pub duration_s: f64,
     pub seed: u64,
+    /// Fleet: vLLM replicas behind `router` (1 = one engine, no fleet).
+    pub replicas: u32,
+    /// `--router`: round-robin, least-loaded, session-affinity, prefix-aware, random.
+    pub router: String,
+    /// An HPA scaling the fleet (1–8 replicas): `off`, `waiting` (num_requests_waiting > 3)
+    /// or `kv` (kv_cache_usage_perc > 0.65).
+    pub autoscale: String,
 }
 
 impl Default for Controls {
@@ -120,6 +127,9 @@ impl Default for Controls {
             enforce_eager: false,
             duration_s: 300.0,
             seed: 0,
+            replicas: 1,
+            router: "round-robin".into(),
+            autoscale: "off".into(),
         }
     }
 }
@@ -129,6 +139,19 @@ pub const KV_CACHE_DTYPES: &[&str] = &["auto", "bfloat16", "fp8", "fp8_e4m3", "f
 /// `--block-size` values the page offers (0 = default). vLLM 0.34 takes any positive integer,
 /// but every CUDA attention backend needs a multiple of 16.
 pub const BLOCK_SIZES: &[u32] = &[0, 16, 32, 64, 128];
+/// Most replicas the page runs.
+pub const MAX_REPLICAS: u32 = 16;
+/// The page's autoscaler choices: (control value, HPA metric, target, the file name the
+/// `vllm-twin simulate` line names).
+pub const AUTOSCALERS: &[(&str, &str, &str, &str)] = &[
+    (
+        "waiting",
+        "vllm_num_requests_waiting",
+        "3",
+        "hpa-waiting.yaml",
+    ),
+    ("kv", "vllm_kv_cache_usage_perc", "0.65", "hpa-kv.yaml"),
+];
 /// Longest run the sandbox accepts, in virtual seconds.
 pub const MAX_DURATION_S: f64 = 3600.0;
 /// Requests one open-loop run may offer (rate × duration × turns). A run past the engine's
@@ -249,6 +272,16 @@ impl Controls {
             ));
         }
         range_f("duration_s", self.duration_s, 0.0, MAX_DURATION_S, true)?;
+        range_u("replicas", self.replicas, 1, MAX_REPLICAS)?;
+        self.router
+            .parse::<twin_sim::fleet::RouterKind>()
+            .map_err(|e| ControlError::new("router", e))?;
+        if self.autoscale != "off" && !AUTOSCALERS.iter().any(|a| a.0 == self.autoscale) {
+            return Err(ControlError::new(
+                "autoscale",
+                format!("{:?} is not one of off, waiting, kv", self.autoscale),
+            ));
+        }
         self.check_offered_load()
     }
 
@@ -395,7 +428,30 @@ impl Controls {
             a.push("--think-time".into());
             a.push(format!("{}s", self.think_time_s.max(0.001)));
         }
+        a.extend(self.fleet_flags());
         a.push("--quiet".into());
+        a
+    }
+
+    /// Whether the controls ask for a fleet (more than one replica, a router, an autoscaler).
+    pub fn is_fleet(&self) -> bool {
+        self.replicas > 1 || self.router != "round-robin" || self.autoscale != "off"
+    }
+
+    /// `--replicas N --router R [--autoscale FILE]` for a fleet; nothing for one engine.
+    pub fn fleet_flags(&self) -> Vec<String> {
+        if !self.is_fleet() {
+            return Vec::new();
+        }
+        let mut a = vec![
+            "--replicas".to_string(),
+            self.replicas.to_string(),
+            "--router".to_string(),
+            self.router.clone(),
+        ];
+        if let Some(&(_, _, _, file)) = AUTOSCALERS.iter().find(|x| x.0 == self.autoscale) {
+            a.extend(["--autoscale".to_string(), file.to_string()]);
+        }
         a
     }
 
@@ -407,7 +463,9 @@ impl Controls {
             // A closed-loop client issues at most one request per (tiny) round trip.
             Traffic::Concurrency => f64::from(self.concurrency) * 50.0,
         };
-        ((per_s * self.duration_s * 1.2).ceil() as u64 + 16).min(50_000_000)
+        // Each session issues `turns` requests; the rate is of sessions.
+        let turns = f64::from(self.turns.max(1));
+        ((per_s * turns * self.duration_s * 1.2).ceil() as u64 + 16).min(50_000_000)
     }
 
     /// The full argv for `twin_sim::engine_args::parse_simulate_args`.

@@ -96,6 +96,25 @@ pub fn presets() -> Vec<Preset> {
                 ..d()
             },
         },
+        Preset {
+            id: "fleet-sessions",
+            name: "Fleet · round-robin vs sessions",
+            description: "Four replicas behind a round-robin load balancer serving 5-turn \
+                          conversations: each turn lands on another replica and misses the \
+                          prefix cache its previous turn filled. Switch the router to \
+                          session-affinity (or prefix-aware) and TTFT falls: the seed's \
+                          load-balancer advice.",
+            scenario: "",
+            expect: "",
+            controls: Controls {
+                rate: 4.0,
+                turns: 5,
+                think_time_s: 3.0,
+                replicas: 4,
+                router: "round-robin".into(),
+                ..d()
+            },
+        },
     ]
 }
 

@@ -79,6 +79,25 @@ pub struct Prepared {
     pub doctor_serve_args: Vec<String>,
     /// Flags the parser accepted without modelling them.
     pub notes: Vec<String>,
+    /// A fleet run (replicas behind a router, maybe autoscaled); `None`: one engine.
+    pub fleet: Option<twin_sim::fleet::FleetConfig>,
+}
+
+/// The files a fleet's flags name, served from memory: the page's HPAs.
+fn sandbox_file(path: &str) -> Result<String, String> {
+    crate::controls::AUTOSCALERS
+        .iter()
+        .find(|a| a.3 == path)
+        .map(|&(_, metric, target, _)| twin_sim::fleet::autoscale::example_hpa(metric, target))
+        .ok_or_else(|| format!("the sandbox reads no files ({path})"))
+}
+
+/// Run `prep` (one engine or its fleet) into `obs`.
+fn simulate(prep: &Prepared, obs: &mut dyn twin_sim::observe::Observer) -> Result<(), SimError> {
+    match &prep.fleet {
+        None => twin_sim::run(&prep.config, &prep.startup, obs),
+        Some(f) => twin_sim::fleet::run_fleet(f, twin_sim::Slo::default(), None, obs).map(|_| ()),
+    }
 }
 
 pub enum Prepare {
@@ -103,13 +122,10 @@ fn flag_to_control(flag: &str) -> String {
 pub fn prepare(c: &Controls) -> Result<Prepare, ControlError> {
     c.validate()?;
     let argv = c.simulate_argv();
-    let args = parse_simulate_args(&argv, &|p| Err(format!("the sandbox reads no files ({p})")))
-        .map_err(|e| match e {
-            SimError::Config { field, message } => {
-                ControlError::new(&flag_to_control(&field), message)
-            }
-            other => ControlError::new("controls", other.to_string()),
-        })?;
+    let args = parse_simulate_args(&argv, &sandbox_file).map_err(|e| match e {
+        SimError::Config { field, message } => ControlError::new(&flag_to_control(&field), message),
+        other => ControlError::new("controls", other.to_string()),
+    })?;
     let startup = match twin_sim::startup(&args.config) {
         Ok(s) => s,
         Err(SimError::Cost(CostError::Startup {
@@ -186,7 +202,15 @@ pub fn prepare(c: &Controls) -> Result<Prepare, ControlError> {
             doctor_serve_args.extend([flag.to_string(), v.to_string()]);
         }
     }
+    let fleet = match &args.fleet {
+        None => None,
+        Some(f) => Some(
+            twin_sim::fleet::from_args(&argv, &args, f, &sandbox_file)
+                .map_err(|e| ControlError::new("replicas", e.to_string()))?,
+        ),
+    };
     Ok(Prepare::Ready(Box::new(Prepared {
+        fleet,
         controls: c.clone(),
         config: args.config,
         startup,
@@ -222,20 +246,28 @@ pub fn run_points(
     on_point: &mut dyn FnMut(Point, &MetricsRecorder),
 ) -> Result<(), SimError> {
     let mut obs = SeriesObserver::new(BUCKET_S, prep.controls.duration_s, None, metrics, on_point);
-    let result = twin_sim::run(&prep.config, &prep.startup, &mut obs);
+    let result = simulate(prep, &mut obs);
     obs.finish();
     result
 }
 
-/// The twin's /metrics for a prepared run (what the live doctor scrapes).
+/// The twin's /metrics for a prepared run (what the live doctor scrapes). A fleet reads as
+/// one deployment whose `engine` label counts every replica's engines.
 pub fn metrics_observer(prep: &Prepared) -> MetricsObserver {
-    MetricsObserver::new(
-        &prep.startup,
-        &prep.served_model_name,
-        prep.config.data_parallel_size,
-        false,
-        None,
-    )
+    let dp = prep.config.data_parallel_size.max(1);
+    let engines = match &prep.fleet {
+        None => dp,
+        // Room for every replica the autoscaler may run at once (the series folds later
+        // engine indexes onto these).
+        Some(f) => {
+            f.autoscale
+                .as_ref()
+                .map_or(0, |a| a.spec.max_replicas)
+                .max(f.num_replicas())
+                * dp
+        }
+    };
+    MetricsObserver::new(&prep.startup, &prep.served_model_name, engines, false, None)
 }
 
 /// The simulation thread's end of the live doctor: the scrape clock, and the channels to
@@ -347,7 +379,7 @@ pub fn run(
             metrics,
             &mut on_point,
         );
-        let result = twin_sim::run(&prep.config, &prep.startup, &mut obs);
+        let result = simulate(prep, &mut obs);
         let (stop, error) = match (result, obs.stop_reason()) {
             // A cancelled run's last bucket is partial and nobody is waiting for it.
             (Ok(()), Some(Stop::Cancelled)) => ("cancelled", None),

@@ -135,6 +135,8 @@ pub struct Point {
     /// Engine steps and finished requests in the bucket.
     pub steps: u64,
     pub finished: u64,
+    /// Replicas serving at the end of the bucket (1 for one engine).
+    pub replicas: usize,
 }
 
 #[derive(Default)]
@@ -188,6 +190,11 @@ pub struct Totals {
 /// Buckets the run; hands each finished point to `sink`, with the metrics recorder holding
 /// every event before the point's end.
 pub struct SeriesObserver<'a> {
+    /// Engines the /metrics recorder knows: a fleet's engine indexes (which grow as an
+    /// autoscaler adds replicas) fold onto them.
+    metrics_engines: usize,
+    /// Replicas serving now (a fleet's `on_replica_up` / `on_replica_down`).
+    replicas: usize,
     width_s: f64,
     horizon_s: f64,
     cancel: Option<&'a AtomicBool>,
@@ -212,12 +219,15 @@ impl<'a> SeriesObserver<'a> {
         metrics: MetricsObserver,
         sink: &'a mut dyn FnMut(Point, &MetricsRecorder),
     ) -> Self {
+        let metrics_engines = metrics.recorder().config().engine_indexes.len().max(1);
         SeriesObserver {
             width_s,
             horizon_s,
             cancel,
             stop: Cell::new(None),
             sink,
+            metrics_engines,
+            replicas: 0,
             metrics,
             cur: Bucket::default(),
             cur_index: 0,
@@ -304,6 +314,7 @@ impl<'a> SeriesObserver<'a> {
             },
             steps: b.steps,
             finished: b.finished,
+            replicas: self.replicas.max(1),
         };
         self.cur_index += 1;
         (self.sink)(p, self.metrics.recorder());
@@ -336,7 +347,8 @@ impl Observer for SeriesObserver<'_> {
             self.cur.prefill_sum += f - s;
             self.cur.first_n += 1;
         }
-        self.metrics.on_first_token(e, times, frontend_s, n);
+        self.metrics
+            .on_first_token(e % self.metrics_engines, times, frontend_s, n);
     }
 
     fn on_inter_tokens(&mut self, e: usize, itl_s: f64, count: usize, t_s: f64) {
@@ -346,7 +358,8 @@ impl Observer for SeriesObserver<'_> {
         let n = u32::try_from(count).unwrap_or(u32::MAX);
         self.cur.itl.record_n(itl_s, n);
         self.itl_all.record_n(itl_s, n);
-        self.metrics.on_inter_tokens(e, itl_s, count, t_s);
+        self.metrics
+            .on_inter_tokens(e % self.metrics_engines, itl_s, count, t_s);
     }
 
     fn on_finished(&mut self, e: usize, r: &FinishedRequest<'_>) {
@@ -356,7 +369,7 @@ impl Observer for SeriesObserver<'_> {
         self.cur.finished += 1;
         self.totals.finished += 1;
         self.totals.preemptions += r.times.num_preemptions as u64;
-        self.metrics.on_finished(e, r);
+        self.metrics.on_finished(e % self.metrics_engines, r);
     }
 
     fn on_rejected(&mut self, req: &twin_workload::RequestSpec) {
@@ -392,7 +405,15 @@ impl Observer for SeriesObserver<'_> {
             t.running_peak = t.running_peak.max(st.num_running_reqs);
             t.waiting_peak = t.waiting_peak.max(st.num_waiting_reqs);
         }
-        self.metrics.on_step(e, s);
+        self.metrics.on_step(e % self.metrics_engines, s);
+    }
+
+    fn on_replica_up(&mut self, _up: &twin_sim::observe::ReplicaUp<'_>) {
+        self.replicas += 1;
+    }
+
+    fn on_replica_down(&mut self, _replica: usize, _t_s: f64) {
+        self.replicas = self.replicas.saturating_sub(1);
     }
 
     fn should_stop(&self) -> bool {

@@ -68,7 +68,8 @@ fn catalog_lists_models_gpus_and_the_playbook_presets() {
             "ttft-queueing",
             "itl-interference",
             "kv-preemption",
-            "autoscaling"
+            "autoscaling",
+            "fleet-sessions",
         ]
     );
     assert_eq!(v["thresholds"]["kv_warning"], 0.85);

@@ -392,6 +392,30 @@ fn the_page_works_in_headless_chromium() {
     d.screenshot(&target_dir().join("sandbox-screenshot-full.png"));
     d.set_window(1280, 800);
 
+    // The fleet panel: the routing preset runs four replicas; the router control reaches
+    // the equivalent simulate line and the replicas chart draws.
+    let before = d.js(RUNS_DONE).as_u64().unwrap();
+    d.choose("#preset", "fleet-sessions");
+    wait_run_after(&d, before, "the fleet preset's run");
+    let before = d.js(RUNS_DONE).as_u64().unwrap();
+    d.choose("#c-router", "session-affinity");
+    wait_run_after(&d, before, "the session-affinity run");
+    let sim = d.js("return document.getElementById('sim-cmd').textContent");
+    assert!(
+        sim.as_str()
+            .unwrap()
+            .contains("--replicas 4 --router session-affinity"),
+        "{sim}"
+    );
+    assert_eq!(
+        d.js("return window.sandbox.state.points.at(-1).replicas"),
+        json!(4)
+    );
+    assert_eq!(
+        d.js("return document.querySelectorAll('#svg-replicas path').length > 0"),
+        json!(true)
+    );
+
     // A configuration vLLM refuses: the refusal, not a crash.
     let before_err = d.js("return window.sandbox.state.gen").as_u64().unwrap();
     d.js("window.sandbox.set('model', 'meta-llama/Llama-3.1-70B-Instruct')");

@@ -297,3 +297,55 @@ fn closed_loop_and_multi_turn_runs_stop_at_the_horizon() {
         assert_eq!(run.points.len(), 30);
     }
 }
+
+/// The fleet panel: replicas behind a router on the same page, the seed's routing claim as a
+/// preset (affinity keeps each conversation's cache: lower TTFT than round-robin), and an
+/// autoscaler that adds replicas under load.
+#[test]
+fn the_fleet_panel_routes_and_scales() {
+    let fleet = twin_sandbox::presets::find("fleet-sessions")
+        .unwrap()
+        .controls;
+    let ttft = |router: &str| {
+        let c = Controls {
+            router: router.into(),
+            duration_s: 120.0,
+            ..fleet.clone()
+        };
+        let prep = ready(&c);
+        assert!(prep.fleet.is_some());
+        let mut replicas = Vec::new();
+        let s = twin_sandbox::runs::run(&prep, None, &mut |p, _| replicas.push(p.replicas));
+        assert_eq!(s.error, None, "{router}");
+        assert!(replicas.iter().all(|&r| r == 4), "{router}: {replicas:?}");
+        s.totals.ttft_p50.expect("first tokens")
+    };
+    let (rr, affinity) = (ttft("round-robin"), ttft("session-affinity"));
+    assert!(
+        affinity < rr,
+        "affinity TTFT p50 {affinity} vs round-robin {rr}"
+    );
+
+    let busy = Controls {
+        rate: 40.0,
+        prompt_mean: 3000,
+        output_mean: 50,
+        replicas: 1,
+        autoscale: "waiting".into(),
+        duration_s: 300.0,
+        prefix_share: 0.0,
+        ..Controls::default()
+    };
+    let mut replicas = Vec::new();
+    let s = twin_sandbox::runs::run(&ready(&busy), None, &mut |p, _| replicas.push(p.replicas));
+    assert_eq!(s.error, None);
+    assert_eq!(replicas[0], 1);
+    assert!(
+        replicas.iter().any(|&r| r > 1),
+        "the HPA never scaled: {replicas:?}"
+    );
+    // The equivalent command line names the fleet flags.
+    assert!(busy
+        .simulate_command()
+        .contains("--autoscale hpa-waiting.yaml"));
+}

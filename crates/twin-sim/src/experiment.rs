@@ -226,15 +226,7 @@ fn rows() -> Vec<Row> {
 
 /// Files the fleet rows name, served from memory (experiments touch no disk).
 fn fleet_file(path: &str) -> Result<String, String> {
-    let hpa = |metric: &str, target: &str| {
-        format!(
-            "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: vllm\n\
-             spec:\n  scaleTargetRef:\n    apiVersion: apps/v1\n    kind: Deployment\n    name: vllm\n\
-             \x20 minReplicas: 1\n  maxReplicas: 8\n  metrics:\n  - type: Pods\n    pods:\n\
-             \x20     metric:\n        name: {metric}\n      target:\n        type: AverageValue\n\
-             \x20       averageValue: '{target}'\n"
-        )
-    };
+    let hpa = crate::fleet::autoscale::example_hpa;
     Ok(match path {
         "tp1.yaml" => "pools:\n  - name: tp1\n    replicas: 4\n    args: -tp 1\n".into(),
         "tp4.yaml" => "pools:\n  - name: tp4\n    replicas: 1\n    args: -tp 4\n".into(),

@@ -639,6 +639,18 @@ pub fn parse_autoscale(path: &str, text: &str) -> Result<AutoscaleSpec, SimError
     })
 }
 
+/// An HPA (autoscaling/v2) on one Pods metric for the Deployment `vllm`, 1 to 8 replicas,
+/// Kubernetes' default behavior: what the experiments and the sandbox scale with.
+pub fn example_hpa(metric: &str, target: &str) -> String {
+    format!(
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: vllm\n\
+         spec:\n  scaleTargetRef:\n    apiVersion: apps/v1\n    kind: Deployment\n    name: vllm\n\
+         \x20 minReplicas: 1\n  maxReplicas: 8\n  metrics:\n  - type: Pods\n    pods:\n\
+         \x20     metric:\n        name: {metric}\n      target:\n        type: AverageValue\n\
+         \x20       averageValue: '{target}'\n"
+    )
+}
+
 /// The metric of a KEDA query of the kit's shapes: `sum(NAME{…}) or vector(0)` and
 /// `sum(max by (pod) (NAME{…})) or vector(0)`.
 fn keda_query_metric(query: &str) -> Option<PodMetric> {
