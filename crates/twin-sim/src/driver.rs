@@ -382,6 +382,7 @@ pub(crate) fn run_loop(
             (Some(t), engine) if engine.is_none_or(|(_, te)| t <= te) => {
                 let spec = workload.pop_due(t).expect("due arrival");
                 let e = dispatch.route(&spec, engines);
+                observer.on_routed(e);
                 if admit(&mut engines.slots[e], spec, observer, workload) {
                     in_flight_total += 1;
                     engines.requeue(e);

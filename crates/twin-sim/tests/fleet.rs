@@ -158,3 +158,26 @@ fn prefix_aware_needs_one_block_size_and_caching() {
     let e = fc.validate().unwrap_err().to_string();
     assert!(e.contains("--no-enable-prefix-caching"), "{e}");
 }
+
+/// A prompt longer than `max_model_len` is refused by the frontend of the replica it was
+/// routed to: per-replica refusals add up to the fleet's.
+#[test]
+fn refusals_belong_to_the_replica_that_refused() {
+    let fc = fleet(
+        "--num-requests 600 --request-rate 20 --max-model-len 2048 --input-len lognormal:mean=1500,sigma=0.8 --seed 3",
+        3,
+        RouterKind::RoundRobin,
+    );
+    let r = run(&fc);
+    let per: u64 = r
+        .fleet
+        .as_ref()
+        .unwrap()
+        .replicas
+        .iter()
+        .map(|x| x.num_rejected)
+        .sum();
+    assert!(r.num_rejected > 10, "{}", r.num_rejected);
+    assert_eq!(per, r.num_rejected);
+    assert!(r.fleet.unwrap().replicas.iter().all(|x| x.num_rejected > 0));
+}

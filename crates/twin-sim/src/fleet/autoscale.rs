@@ -995,9 +995,24 @@ mod tests {
     }
 
     #[test]
+    fn the_example_hpas_parse() {
+        for (metric, m) in [
+            ("vllm_num_requests_waiting", PodMetric::Waiting),
+            ("vllm_kv_cache_usage_perc", PodMetric::KvCacheUsage),
+            ("DCGM_FI_DEV_GPU_UTIL", PodMetric::GpuUtil),
+        ] {
+            let s = parse_autoscale("x.yaml", &example_hpa(metric, "3")).unwrap();
+            assert_eq!((s.metrics[0].metric, s.metrics[0].target), (m, 3.0));
+            assert_eq!(
+                (s.min_replicas, s.max_replicas, s.target.as_str()),
+                (1, 8, "vllm")
+            );
+            assert_eq!(s.scale_down, ScalingRules::default_down());
+        }
+    }
+
+    #[test]
     fn the_kits_files_parse() {
-        let opts = "";
-        let _ = opts;
         let keda = "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata:\n  name: vllm\nspec:\n  scaleTargetRef:\n    name: vllm\n  minReplicaCount: 1\n  maxReplicaCount: 8\n  pollingInterval: 15\n  triggers:\n  - type: prometheus\n    metricType: AverageValue\n    metadata:\n      query: sum(max by (pod) (vllm:kv_cache_usage_perc{namespace=\"default\",pod=~\"vllm-.*\"})) or vector(0)\n      serverAddress: http://prometheus:9090\n      threshold: '0.65'\n";
         let s = parse_autoscale("k.yaml", keda).unwrap();
         assert_eq!(s.metrics[0].metric, PodMetric::KvCacheUsage);

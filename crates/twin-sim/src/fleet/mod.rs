@@ -632,6 +632,7 @@ pub fn run_fleet(
             .collect(),
         slo,
         metrics: metrics.cloned(),
+        last_routed: 0,
     };
     let mut initial = Vec::new();
     for (pool, p) in fleet.pools.iter().enumerate() {
@@ -703,6 +704,8 @@ struct PerReplica {
     pools: Vec<(Startup, usize)>,
     slo: Slo,
     metrics: Option<MetricsOptions>,
+    /// The engine the current arrival went to (its refusal is that replica's).
+    last_routed: usize,
 }
 
 impl PerReplica {
@@ -768,7 +771,13 @@ impl Observer for PerReplica {
             m.on_finished(rank, req);
         }
     }
-    fn on_rejected(&mut self, _req: &RequestSpec) {}
+    fn on_routed(&mut self, engine: usize) {
+        self.last_routed = engine;
+    }
+    fn on_rejected(&mut self, req: &RequestSpec) {
+        let (c, _) = self.at(self.last_routed);
+        c.builder.on_rejected(req);
+    }
     fn on_step(&mut self, engine: usize, step: &StepSample) {
         let (c, rank) = self.at(engine);
         c.builder.on_step(rank, step);

@@ -13,6 +13,8 @@ pub struct ReplicaRow {
     pub name: String,
     pub pool: String,
     pub num_finished: u64,
+    /// Refused by its frontend (prompt longer than its `max_model_len`).
+    pub num_rejected: u64,
     pub prefix_cache_hit_rate: f64,
     pub kv_cache_usage_mean: f64,
     pub kv_cache_usage_peak: f64,
@@ -80,6 +82,7 @@ impl FleetReport {
                     name: r.name.clone(),
                     pool: pool_names.get(r.pool).cloned().unwrap_or_default(),
                     num_finished: rep.num_finished,
+                    num_rejected: rep.num_rejected,
                     prefix_cache_hit_rate: rep.prefix_cache_hit_rate,
                     kv_cache_usage_mean: rep.kv_cache_usage_mean,
                     kv_cache_usage_peak: rep.kv_cache_usage_peak,
