@@ -148,7 +148,17 @@ enum ConformanceCommand {
     Compare { oracle: PathBuf, candidate: PathBuf },
 }
 
+/// A closed pipe (`vllm-twin simulate | head`) ends the process quietly, as it ends `cat`:
+/// Rust ignores SIGPIPE, so without this `println!` would panic on EPIPE.
+fn default_sigpipe() {
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate { args } => simulate::run(&args),

@@ -278,3 +278,28 @@ fn gpus_lists_memory_in_gib_as_nvidia_smi_does() {
     // 80 GB of HBM3 is 79.6 GiB; "86 GB" was the byte count over 1e9.
     assert!(h100.contains("79.6 GiB"), "{h100}");
 }
+
+/// `vllm-twin … | head` ends quietly when the reader goes away (no panic on EPIPE).
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    for cmd in [
+        "simulate --num-requests 3000",
+        "experiment seed-table --quick",
+    ] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "{} {cmd} | head -1",
+                env!("CARGO_BIN_EXE_vllm-twin")
+            ))
+            .output()
+            .expect("sh");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{cmd}: {stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().count(),
+            1,
+            "{cmd}"
+        );
+    }
+}
