@@ -738,11 +738,8 @@ pub fn simulate_from_matches(
     let twin_flag = |id: &str| m.get_one::<bool>(id).copied().unwrap_or(false);
     let mut notes = unmodelled_notes(argv, handled);
 
-    let model_name = v
-        .cli_str("model")
-        .or_else(|| twin("model_tag"))
-        .unwrap_or(DEFAULT_MODEL)
-        .to_string();
+    let named_model = v.cli_str("model").or_else(|| twin("model_tag"));
+    let mut model_name = named_model.unwrap_or(DEFAULT_MODEL).to_string();
     if let (Some(a), Some(b)) = (v.cli_str("model"), twin("model_tag")) {
         if a != b {
             return Err(cfg_err(
@@ -917,8 +914,18 @@ pub fn simulate_from_matches(
         Some(path) => {
             let text =
                 read_file(path).map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?;
-            twin_cost::from_hf_config_json(&text)
-                .map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?
+            let spec = twin_cost::from_hf_config_json(&text)
+                .map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?;
+            if named_model.is_none() {
+                // The config's own name (`_name_or_path`, as transformers saves it), else the
+                // file: never the catalog default the config replaced.
+                model_name = serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v["_name_or_path"].as_str().map(str::to_string))
+                    .filter(|n| !n.trim().is_empty() && n.len() <= 256)
+                    .unwrap_or_else(|| path.to_string());
+            }
+            spec
         }
         None => {
             twin_cost::model::lookup(&model_name).map_err(|e| cfg_err("MODEL", e.to_string()))?

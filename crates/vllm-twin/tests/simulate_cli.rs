@@ -303,3 +303,48 @@ fn a_closed_pipe_ends_the_output_quietly() {
         );
     }
 }
+
+/// `--model-config` without a MODEL names the config's model (`_name_or_path`, else the file),
+/// not the catalog default it replaced.
+#[test]
+fn a_model_config_names_its_own_model() {
+    let seed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/seeds/hf_config_reader/qwen3_4b.json"
+    );
+    let text = std::fs::read_to_string(seed).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let dir = std::env::temp_dir().join(format!("twin-model-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain = dir.join("config.json");
+    v.as_object_mut().unwrap().remove("_name_or_path");
+    std::fs::write(&plain, v.to_string()).unwrap();
+    let named = dir.join("named.json");
+    v["_name_or_path"] = "acme/my-finetune".into();
+    std::fs::write(&named, v.to_string()).unwrap();
+    for (file, want) in [
+        (&plain, plain.to_string_lossy().into_owned()),
+        (&named, "acme/my-finetune".into()),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+            .args([
+                "simulate",
+                "--num-requests",
+                "5",
+                "--quiet",
+                "--model-config",
+            ])
+            .arg(file)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let first = stdout.lines().next().unwrap_or("");
+        assert!(first.contains(&format!("simulate: {want} on")), "{first}");
+        assert!(!first.contains("Llama-3.1-8B"), "{first}");
+    }
+}
