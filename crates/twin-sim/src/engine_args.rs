@@ -912,8 +912,13 @@ pub fn simulate_from_matches(
 
     let model = match &model_config {
         Some(path) => {
-            let text =
-                read_file(path).map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?;
+            // A config.json, or a Hugging Face snapshot directory holding one.
+            let text = read_file(path)
+                .or_else(|e| {
+                    let inner = format!("{}/config.json", path.trim_end_matches('/'));
+                    read_file(&inner).map_err(|_| e)
+                })
+                .map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?;
             let spec = twin_cost::from_hf_config_json(&text)
                 .map_err(|e| cfg_err("--model-config", format!("{path}: {e}")))?;
             if named_model.is_none() {
