@@ -473,7 +473,8 @@
     { id: "tput", title: "Tokens/s: prompt in, generated out", series: [["tok_in", "in", C.c], ["tok_out", "out", C.d]], fmt: fmtK },
     { id: "tokstep", title: "Tokens per engine step", series: [["tok_step", "scheduled tokens", C.c]], fmt: fmtK,
       lines: () => state.plan ? [[state.plan.max_num_batched_tokens, "max-num-batched-tokens", "#8c959f"]] : [] },
-    { id: "replicas", title: "Replicas in service", series: [["replicas", "replicas", C.c]], fmt: (v) => v.toFixed(0) },
+    { id: "replicas", title: "Replicas in service", series: [["replicas", "replicas", C.c]], minMax: 4, fmt: (v) => v.toFixed(0),
+      lines: () => state.controls.autoscale !== "off" ? [[8, "HPA maxReplicas", "#8c959f"]] : [] },
   ];
   function fmtS(v) { return v >= 1 ? v.toFixed(v >= 10 ? 0 : 1) + " s" : (v * 1000).toFixed(v >= 0.01 ? 0 : 1) + " ms"; }
   function fmtK(v) { return v >= 1000 ? (v / 1000).toFixed(v >= 10000 ? 0 : 1) + "k" : v.toFixed(0); }
@@ -527,6 +528,7 @@
       for (const [y] of lines) if (!c.log) ymax = Math.max(ymax, y * 1.05);
       let y0 = 0, y1 = ymax > 0 ? niceCeil(ymax) : 1;
       if (c.fixedMax) y1 = c.fixedMax;
+      if (c.minMax) y1 = Math.max(y1, c.minMax);
       if (c.log) {
         y0 = ymin === Infinity ? 0.001 : Math.pow(10, Math.floor(Math.log10(ymin)));
         y1 = ymax > 0 ? Math.pow(10, Math.ceil(Math.log10(ymax * 1.001))) : 1;
