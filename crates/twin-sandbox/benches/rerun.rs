@@ -19,7 +19,7 @@ impl Observer for Nop {
     fn on_first_token(&mut self, _: usize, _: &twin_sim::driver::RequestTimes, _: f64, _: usize) {}
     fn on_inter_tokens(&mut self, _: usize, _: f64, _: usize, _: f64) {}
     fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {}
-    fn on_rejected(&mut self, _: &twin_workload::RequestSpec) {}
+    fn on_rejected(&mut self, _: usize, _: &twin_workload::RequestSpec) {}
     fn on_step(&mut self, _: usize, _: &StepSample) {}
 }
 

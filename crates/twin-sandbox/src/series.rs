@@ -372,12 +372,12 @@ impl Observer for SeriesObserver<'_> {
         self.metrics.on_finished(e % self.metrics_engines, r);
     }
 
-    fn on_rejected(&mut self, req: &twin_workload::RequestSpec) {
+    fn on_rejected(&mut self, e: usize, req: &twin_workload::RequestSpec) {
         if self.stop.get().is_some() {
             return;
         }
         self.totals.rejected += 1;
-        self.metrics.on_rejected(req);
+        self.metrics.on_rejected(e % self.metrics_engines, req);
     }
 
     fn on_step(&mut self, e: usize, s: &StepSample) {

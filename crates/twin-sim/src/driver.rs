@@ -382,8 +382,7 @@ pub(crate) fn run_loop(
             (Some(t), engine) if engine.is_none_or(|(_, te)| t <= te) => {
                 let spec = workload.pop_due(t).expect("due arrival");
                 let e = dispatch.route(&spec, engines);
-                observer.on_routed(e);
-                if admit(&mut engines.slots[e], spec, observer, workload) {
+                if admit(&mut engines.slots[e], e, spec, observer, workload) {
                     in_flight_total += 1;
                     engines.requeue(e);
                 }
@@ -407,6 +406,7 @@ pub(crate) fn run_loop(
 /// when the prompt does not fit `max_model_len`). Returns whether it was added.
 fn admit(
     slot: &mut EngineSlot,
+    engine: usize,
     mut spec: RequestSpec,
     observer: &mut dyn Observer,
     workload: &mut Workload,
@@ -418,7 +418,7 @@ fn admit(
     let prompt_len = spec.prompt_token_ids.len();
     if prompt_len == 0 || prompt_len >= max_model_len {
         // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
-        observer.on_rejected(&spec);
+        observer.on_rejected(engine, &spec);
         workload.on_finished(&spec, None, spec.arrival_time_s);
         return false;
     }

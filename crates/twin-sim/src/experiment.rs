@@ -53,7 +53,7 @@ impl Observer for TtftByLength {
     }
     fn on_inter_tokens(&mut self, _: usize, _: f64, _: usize, _: f64) {}
     fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {}
-    fn on_rejected(&mut self, _: &twin_workload::RequestSpec) {}
+    fn on_rejected(&mut self, _: usize, _: &twin_workload::RequestSpec) {}
     fn on_step(&mut self, _: usize, _: &StepSample) {}
 }
 
@@ -91,22 +91,8 @@ fn simulate_with(
                 let mut tee = Tee(vec![&mut b, &mut split]);
                 crate::fleet::run_fleet(&fc, Slo::default(), None, &mut tee)?
             };
-            let engines = fc
-                .pools
-                .iter()
-                .map(|p| p.replicas * p.config.data_parallel_size.max(1))
-                .sum();
-            let mut report = b.finish(engines);
-            let names: Vec<String> = fc.pools.iter().map(|p| p.name.clone()).collect();
-            let mut fr = crate::fleet::report::FleetReport::new(&outcome, &names);
-            fr.autoscale = fc.autoscale.as_ref().map(|x| {
-                crate::fleet::report::AutoscaleSummary::new(
-                    x,
-                    &names[x.pool],
-                    &outcome.replica_count,
-                )
-            });
-            report.fleet = Some(fr);
+            let mut report = b.finish(fc.num_engines());
+            report.fleet = Some(crate::fleet::report::FleetReport::new(&fc, &outcome));
             report
         }
     };

@@ -242,7 +242,7 @@ impl Observer for MetricsObserver {
         );
     }
 
-    fn on_rejected(&mut self, _req: &twin_workload::RequestSpec) {}
+    fn on_rejected(&mut self, _engine: usize, _req: &twin_workload::RequestSpec) {}
 
     fn on_step(&mut self, engine: usize, s: &StepSample) {
         if let Some(c) = &s.cost {

@@ -65,11 +65,8 @@ pub trait Observer {
     /// batch is one call, not one per request.
     fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, t_s: f64);
     fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>);
-    /// Refused by the frontend (prompt longer than max_model_len): by the engine the last
-    /// `on_routed` named.
-    fn on_rejected(&mut self, req: &RequestSpec);
-    /// An arrival was routed to `engine` (before its frontend accepts or refuses it).
-    fn on_routed(&mut self, _engine: usize) {}
+    /// Refused by the frontend of `engine`'s server (prompt longer than max_model_len).
+    fn on_rejected(&mut self, engine: usize, req: &RequestSpec);
     fn on_step(&mut self, engine: usize, step: &StepSample);
     /// A replica started serving. A plain run has one replica, 0, up from the start.
     fn on_replica_up(&mut self, _up: &ReplicaUp<'_>) {}
@@ -102,14 +99,9 @@ impl Observer for Tee<'_> {
             o.on_finished(engine, req);
         }
     }
-    fn on_rejected(&mut self, req: &RequestSpec) {
+    fn on_rejected(&mut self, engine: usize, req: &RequestSpec) {
         for o in &mut self.0 {
-            o.on_rejected(req);
-        }
-    }
-    fn on_routed(&mut self, engine: usize) {
-        for o in &mut self.0 {
-            o.on_routed(engine);
+            o.on_rejected(engine, req);
         }
     }
     fn on_step(&mut self, engine: usize, step: &StepSample) {

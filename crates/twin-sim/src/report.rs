@@ -147,7 +147,7 @@ impl Observer for ReportBuilder {
         self.last_event_s = self.last_event_s.max(end);
     }
 
-    fn on_rejected(&mut self, req: &RequestSpec) {
+    fn on_rejected(&mut self, _engine: usize, req: &RequestSpec) {
         self.rejected += 1;
         *self.finish.entry("rejected_prompt_too_long").or_insert(0) += 1;
         self.first_arrival_s.get_or_insert(req.arrival_time_s);

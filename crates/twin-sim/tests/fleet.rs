@@ -32,9 +32,8 @@ fn fleet(args: &str, replicas: usize, kind: RouterKind) -> FleetConfig {
 fn run(fc: &FleetConfig) -> Report {
     let mut b = ReportBuilder::new(Slo::default());
     let outcome = run_fleet(fc, Slo::default(), None, &mut b).expect("fleet run");
-    let engines: usize = fc.pools.iter().map(|p| p.replicas).sum();
-    let mut report = b.finish(engines);
-    report.fleet = Some(FleetReport::new(&outcome, &["vllm".to_string()]));
+    let mut report = b.finish(fc.num_engines());
+    report.fleet = Some(FleetReport::new(fc, &outcome));
     report
 }
 

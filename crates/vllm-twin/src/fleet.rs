@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use twin_sim::engine_args::{FleetArgs, SimulateArgs};
-use twin_sim::fleet::report::{AutoscaleSummary, FleetReport};
+use twin_sim::fleet::report::FleetReport;
 use twin_sim::fleet::{metrics, run_fleet, MetricsOptions};
 use twin_sim::observe::{Observer, Tee};
 use twin_sim::{ReportBuilder, SimError};
@@ -38,11 +38,6 @@ pub fn run(
         return usage("--scrapes-out and --scrape-interval go together");
     }
     let text_out = !sim.json;
-    let num_engines: usize = fc
-        .pools
-        .iter()
-        .map(|p| p.replicas * p.config.data_parallel_size.max(1))
-        .sum();
     if text_out {
         println!(
             "vllm-twin simulate: a fleet of {} replicas behind {} ({})",
@@ -112,14 +107,8 @@ pub fn run(
     };
     progress.bar.finish_and_clear();
     let wall_s = t0.elapsed().as_secs_f64();
-    let pool_names: Vec<String> = fc.pools.iter().map(|p| p.name.clone()).collect();
-    let mut report = builder.finish(num_engines);
-    let mut fleet_report = FleetReport::new(&outcome, &pool_names);
-    fleet_report.autoscale = fc
-        .autoscale
-        .as_ref()
-        .map(|a| AutoscaleSummary::new(a, &pool_names[a.pool], &outcome.replica_count));
-    report.fleet = Some(fleet_report);
+    let mut report = builder.finish(fc.num_engines());
+    report.fleet = Some(FleetReport::new(&fc, &outcome));
     if sim.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

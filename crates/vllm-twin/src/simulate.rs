@@ -56,7 +56,7 @@ impl Observer for Progress {
     fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {
         self.tick();
     }
-    fn on_rejected(&mut self, _: &RequestSpec) {
+    fn on_rejected(&mut self, _: usize, _: &RequestSpec) {
         self.tick();
     }
     fn on_step(&mut self, _: usize, _: &StepSample) {}

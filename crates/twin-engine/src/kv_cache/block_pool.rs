@@ -198,10 +198,6 @@ impl BlockPool {
         self.events.get_or_insert_with(KvEvents::default);
     }
 
-    pub fn events_enabled(&self) -> bool {
-        self.events.is_some()
-    }
-
     /// Move the queued events to the end of `out`. vLLM: `BlockPool.take_events`.
     pub fn take_events(&mut self, out: &mut KvEvents) {
         if let Some(q) = self.events.as_mut() {

@@ -229,23 +229,13 @@ impl KVCacheManager {
         if num_cached >= num_full {
             return;
         }
-        if self.block_pool.events_enabled() {
-            let bs = self.block_size;
-            for i in num_cached..num_full {
-                let parent = i.checked_sub(1).map(|p| req.block_hashes[p]);
-                let tokens = &req.all_token_ids[i * bs..(i + 1) * bs];
-                self.block_pool.cache_block_with(
-                    req.block_ids[i],
-                    req.block_hashes[i],
-                    parent,
-                    tokens,
-                );
-            }
-        } else {
-            for i in num_cached..num_full {
-                self.block_pool
-                    .cache_block(req.block_ids[i], req.block_hashes[i]);
-            }
+        let bs = self.block_size;
+        for i in num_cached..num_full {
+            // The parent and tokens reach a KV cache event only when events are on.
+            let parent = i.checked_sub(1).map(|p| req.block_hashes[p]);
+            let tokens = &req.all_token_ids[i * bs..(i + 1) * bs];
+            self.block_pool
+                .cache_block_with(req.block_ids[i], req.block_hashes[i], parent, tokens);
         }
         req.num_cached_block = Some(num_full);
     }

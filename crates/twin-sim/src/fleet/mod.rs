@@ -124,6 +124,14 @@ impl FleetConfig {
         self.pools.iter().map(|p| p.replicas).sum()
     }
 
+    /// Engines of the replicas it starts with (each replica's DP ranks).
+    pub fn num_engines(&self) -> usize {
+        self.pools
+            .iter()
+            .map(|p| p.replicas * p.config.data_parallel_size.max(1))
+            .sum()
+    }
+
     /// Checks that need the whole fleet: counts, and what the router needs of the pools.
     pub fn validate(&self) -> Result<(), SimError> {
         let err = |field: &str, message: String| SimError::Config {
@@ -632,7 +640,6 @@ pub fn run_fleet(
             .collect(),
         slo,
         metrics: metrics.cloned(),
-        last_routed: 0,
     };
     let mut initial = Vec::new();
     for (pool, p) in fleet.pools.iter().enumerate() {
@@ -704,8 +711,6 @@ struct PerReplica {
     pools: Vec<(Startup, usize)>,
     slo: Slo,
     metrics: Option<MetricsOptions>,
-    /// The engine the current arrival went to (its refusal is that replica's).
-    last_routed: usize,
 }
 
 impl PerReplica {
@@ -771,12 +776,9 @@ impl Observer for PerReplica {
             m.on_finished(rank, req);
         }
     }
-    fn on_routed(&mut self, engine: usize) {
-        self.last_routed = engine;
-    }
-    fn on_rejected(&mut self, req: &RequestSpec) {
-        let (c, _) = self.at(self.last_routed);
-        c.builder.on_rejected(req);
+    fn on_rejected(&mut self, engine: usize, req: &RequestSpec) {
+        let (c, rank) = self.at(engine);
+        c.builder.on_rejected(rank, req);
     }
     fn on_step(&mut self, engine: usize, step: &StepSample) {
         let (c, rank) = self.at(engine);

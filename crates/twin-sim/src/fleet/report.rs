@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{FleetOutcome, RouterKind};
+
 use crate::report::{Dist, SecondRow};
 
 /// One replica's row (`fleet.replicas[]` in the JSON report).
@@ -69,7 +70,9 @@ impl AutoscaleSummary {
 }
 
 impl FleetReport {
-    pub fn new(outcome: &FleetOutcome, pool_names: &[String]) -> Self {
+    /// The fleet part of the report of `fleet`'s run.
+    pub fn new(fleet: &super::FleetConfig, outcome: &FleetOutcome) -> Self {
+        let pool_names: Vec<&str> = fleet.pools.iter().map(|p| p.name.as_str()).collect();
         let (mut hits, mut queries) = (0.0, 0.0);
         let replicas = outcome
             .replicas
@@ -80,7 +83,11 @@ impl FleetReport {
                 queries += rep.prefix_cache_queries as f64;
                 ReplicaRow {
                     name: r.name.clone(),
-                    pool: pool_names.get(r.pool).cloned().unwrap_or_default(),
+                    pool: pool_names
+                        .get(r.pool)
+                        .copied()
+                        .unwrap_or_default()
+                        .to_string(),
                     num_finished: rep.num_finished,
                     num_rejected: rep.num_rejected,
                     prefix_cache_hit_rate: rep.prefix_cache_hit_rate,
@@ -99,7 +106,10 @@ impl FleetReport {
             replicas,
             prefix_cache_hit_rate: if queries > 0.0 { hits / queries } else { 0.0 },
             replica_count: outcome.replica_count.clone(),
-            autoscale: None,
+            autoscale: fleet
+                .autoscale
+                .as_ref()
+                .map(|a| AutoscaleSummary::new(a, pool_names[a.pool], &outcome.replica_count)),
         }
     }
 

@@ -148,6 +148,7 @@ pub struct Router {
     pub(crate) index: Option<PrefixIndex>,
     block_size: usize,
     hashes: Vec<BlockHash>,
+    loads: Vec<ReplicaLoad>,
     scores: Vec<f64>,
 }
 
@@ -163,6 +164,7 @@ impl Router {
             index: (config.kind == RouterKind::PrefixAware).then(PrefixIndex::default),
             block_size: block_size.max(1),
             hashes: Vec::new(),
+            loads: Vec::new(),
             scores: Vec::new(),
         }
     }
@@ -229,7 +231,9 @@ impl Router {
             parent = hash_block(parent, block, None, None);
             self.hashes.push(parent);
         }
-        let loads: Vec<ReplicaLoad> = candidates.iter().map(|&r| load(r)).collect();
+        self.loads.clear();
+        self.loads.extend(candidates.iter().map(|&r| load(r)));
+        let loads = &self.loads;
         let (q_min, q_max) = loads.iter().fold((usize::MAX, 0), |(lo, hi), l| {
             (lo.min(l.num_waiting), hi.max(l.num_waiting))
         });
@@ -237,7 +241,7 @@ impl Router {
         let w = self.config.weights;
         let num_blocks = self.hashes.len();
         self.scores.clear();
-        for (&r, l) in candidates.iter().zip(&loads) {
+        for (&r, l) in candidates.iter().zip(loads) {
             let prefix = if num_blocks == 0 {
                 0.0
             } else {
