@@ -38,6 +38,8 @@ for t in "${targets[@]}"; do
   max_len=65536
   # Expositions are long; past a few KB a mutation explores nothing the parser has not seen.
   [ "$t" = metrics_parser ] && max_len=8192
+  # The oracle's scenarios are under 6 KB; past 16 KB a mutant is a longer list of the same fields.
+  [ "$t" = scenario_reader ] && max_len=16384
   build=()
   extra=()
   if [ "$t" = vllm_flags ]; then

@@ -83,6 +83,15 @@ pub const SERVE_FLAGS: &[(&str, Option<&str>, &str)] = &[
     ),
 ];
 
+/// The fleet flags `serve` takes (a front routing to N replicas; no autoscaling in real time).
+pub const SERVE_FLEET_FLAGS: &[&str] = &[
+    "replicas",
+    "router",
+    "prefix-scorer-weight",
+    "queue-scorer-weight",
+    "kv-cache-scorer-weight",
+];
+
 /// The listener's defaults. 10,000 connections is twice the serve_load bench's 5,000
 /// concurrent streams and under the 65,535 descriptors vLLM raises its limit to (`set_ulimit`);
 /// 5 s is uvicorn's keep-alive timeout in vLLM (`VLLM_HTTP_TIMEOUT_KEEP_ALIVE`).
@@ -105,8 +114,12 @@ pub fn serve_command() -> Command {
         .chain(SERVE_VLLM_FLAGS)
         .copied()
         .collect();
-    simulate_command("vllm-twin serve", &shown).args(SERVE_FLAGS.iter().map(
-        |&(name, value, help)| {
+    let fleet = twin_sim::engine_args::fleet_args()
+        .into_iter()
+        .filter(|a| SERVE_FLEET_FLAGS.contains(&a.get_id().as_str()));
+    simulate_command("vllm-twin serve", &shown)
+        .args(fleet)
+        .args(SERVE_FLAGS.iter().map(|&(name, value, help)| {
             let arg = Arg::new(name)
                 .long(name)
                 .help(help)
@@ -120,8 +133,7 @@ pub fn serve_command() -> Command {
                     .allow_hyphen_values(true),
                 None => vllm_flags::bool_arg(arg),
             }
-        },
-    ))
+        }))
 }
 
 /// Why `serve`'s command line was refused. Every variant names the flag.
@@ -219,7 +231,21 @@ fn serve_config(
             })
             .transpose()?
             .flatten(),
+        fleet: None,
     };
+    if let Some(f) = twin_sim::engine_args::fleet_from_matches(m)? {
+        let n = f.replicas.unwrap_or(1);
+        if n > crate::fleet::MAX_SERVE_REPLICAS {
+            return Err(ServeArgsError::Invalid {
+                flag: "--replicas",
+                message: format!(
+                    "{n}: serve runs at most {} replicas (simulate runs more)",
+                    crate::fleet::MAX_SERVE_REPLICAS
+                ),
+            });
+        }
+        c.fleet = Some((n, f.router));
+    }
     if let Some(x) = own("time-scale") {
         let x: f64 = num("--time-scale", x)?;
         // Step times are divided by it and slept: 1e-300 once overflowed the sleep.
@@ -367,6 +393,14 @@ mod tests {
             }
         );
         assert!(c.enable_faults);
+        let e = parse("--replicas 65").unwrap_err();
+        assert!(e.starts_with("--replicas:"), "{e}");
+        let e = parse("--replicas 2 --autoscale hpa.yaml").unwrap_err();
+        assert!(e.contains("--autoscale"), "{e}");
+        let c = parse("--replicas 3 --router least-loaded").unwrap();
+        let (n, r) = c.fleet.unwrap();
+        assert_eq!((n, r.kind.name()), (3, "least-loaded"));
+        assert!(parse("").unwrap().fleet.is_none());
         let e = parse("--time-scal 2").unwrap_err();
         assert!(e.contains("did you mean --time-scale"), "{e}");
     }

@@ -64,6 +64,9 @@ pub fn serve_main(args: &[String]) -> ExitCode {
         for n in &cfg.sim.notes {
             eprintln!("note: {n}");
         }
+        if let Some((n, router)) = cfg.fleet {
+            return serve_fleet(&cfg, n, router).await;
+        }
         let running = match start(&cfg).await {
             Ok(r) => r,
             Err(e) => {
@@ -146,5 +149,58 @@ pub fn bench_serve_main(args: &[String]) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `serve --replicas N --router R`: the replicas, then the front; runs until a signal or until
+/// a replica's engine dies (the process then exits 1, as one vLLM does).
+async fn serve_fleet(
+    cfg: &crate::ServeConfig,
+    n: usize,
+    router: twin_sim::fleet::RouterConfig,
+) -> ExitCode {
+    let fleet = match crate::fleet::start_fleet(cfg, n, router).await {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    if let Some(first) = fleet.replicas().next() {
+        println!("{}", first.startup.plan);
+    }
+    for (i, r) in fleet.replicas().enumerate() {
+        let dcgm = r
+            .dcgm_addr
+            .map(|d| format!(", DCGM on http://{d}/metrics"))
+            .unwrap_or_default();
+        println!(
+            "INFO:     replica {i}: vLLM on http://{}, /metrics on http://{}/metrics{dcgm}",
+            r.addr, r.addr
+        );
+    }
+    println!(
+        "INFO:     router {} over {n} replicas; /twin/fleet lists them",
+        router.kind
+    );
+    println!(
+        "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)",
+        fleet.addr
+    );
+    let engine_died = tokio::select! {
+        () = shutdown_signal() => None,
+        (i, cause) = fleet.wait_dead() => Some((i, cause)),
+    };
+    if let Some((i, cause)) = &engine_died {
+        eprintln!("error: replica {i}: EngineCore died: {cause}. Shutting down the fleet.");
+    }
+    println!("INFO:     Shutting down");
+    fleet
+        .shutdown(cfg.connection_limits.shutdown_grace + Duration::from_secs(1))
+        .await;
+    println!("INFO:     Finished server process");
+    match engine_died {
+        None => ExitCode::SUCCESS,
+        Some(_) => ExitCode::from(1),
     }
 }

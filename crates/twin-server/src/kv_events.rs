@@ -11,6 +11,7 @@
 //! hashes are integers (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`, on by default): the low 64
 //! bits of the twin's 128-bit hash.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
@@ -86,6 +87,25 @@ pub fn parse_kv_events_config(json: &str) -> Result<Option<KvEventsConfig>, Stri
     Ok(Some(c))
 }
 
+/// The endpoint of rank `offset`: its port plus the offset, as vLLM gives each data-parallel
+/// rank its own socket (`ZmqEventPublisher.offset_endpoint_port`); `serve --replicas` gives
+/// replica i the offset i.
+pub fn offset_endpoint_port(endpoint: &str, offset: usize) -> Result<String, String> {
+    if offset == 0 {
+        return Ok(endpoint.to_string());
+    }
+    let (head, port) = endpoint
+        .rsplit_once(':')
+        .ok_or_else(|| format!("endpoint {endpoint:?} has no port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("endpoint {endpoint:?}: the port is not a number"))?;
+    let shifted = u16::try_from(usize::from(port) + offset).map_err(|_| {
+        format!("endpoint {endpoint:?}: port {port} + replica {offset} is past 65535")
+    })?;
+    Ok(format!("{head}:{shifted}"))
+}
+
 /// vLLM binds when the endpoint has a wildcard host; `*` becomes every IPv4 interface.
 fn bind_address(endpoint: &str) -> Option<String> {
     let rest = endpoint.strip_prefix("tcp://")?;
@@ -97,26 +117,39 @@ fn bind_address(endpoint: &str) -> Option<String> {
     }
 }
 
-/// The engine thread's handle: encoded batches go to the publisher task.
-#[derive(Clone)]
+/// An in-process consumer of a replica's events (the fleet front's prefix-aware router).
+pub type KvEventFeed = Arc<dyn Fn(&[KvCacheEvent]) + Send + Sync>;
+
+/// The engine thread's handle: encoded batches go to the publisher task, raw events to the
+/// in-process feed.
+#[derive(Clone, Default)]
 pub struct KvEventSink {
-    tx: mpsc::Sender<Vec<u8>>,
-    block_size: usize,
+    zmq: Option<(mpsc::Sender<Vec<u8>>, usize)>,
+    feed: Option<KvEventFeed>,
 }
 
 impl KvEventSink {
+    /// Also hand each step's events to `feed`.
+    pub fn with_feed(mut self, feed: KvEventFeed) -> Self {
+        self.feed = Some(feed);
+        self
+    }
+
     /// Encode one step's events and queue them; a full queue drops the batch (vLLM's
     /// high-water mark drops too).
     pub fn publish(&self, events: &KvEvents) {
         if events.is_empty() {
             return;
         }
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        let _ = self
-            .tx
-            .try_send(encode_batch(ts, events, self.block_size, 0));
+        if let Some(feed) = &self.feed {
+            feed(&events.events);
+        }
+        if let Some((tx, block_size)) = &self.zmq {
+            let ts = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let _ = tx.try_send(encode_batch(ts, events, *block_size, 0));
+        }
     }
 }
 
@@ -150,7 +183,10 @@ pub async fn start_publisher(
             seq += 1;
         }
     });
-    Ok(KvEventSink { tx, block_size })
+    Ok(KvEventSink {
+        zmq: Some((tx, block_size)),
+        feed: None,
+    })
 }
 
 /// The low 64 bits: vLLM's `maybe_convert_block_hash` with integer hashes.
@@ -234,6 +270,19 @@ pub fn encode_batch(ts: f64, events: &KvEvents, block_size: usize, dp_rank: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_publish_on_consecutive_ports() {
+        assert_eq!(
+            offset_endpoint_port("tcp://*:5557", 0).unwrap(),
+            "tcp://*:5557"
+        );
+        assert_eq!(
+            offset_endpoint_port("tcp://*:5557", 3).unwrap(),
+            "tcp://*:5560"
+        );
+        assert!(offset_endpoint_port("tcp://*:65535", 1).is_err());
+    }
 
     #[test]
     fn config_follows_vllms_defaults_and_refuses_what_is_not_modelled() {

@@ -12,7 +12,7 @@
 //! [`engine`] (the engine thread), [`liveness`] (its death), [`runner`] (deterministic model runner), [`sampling`]
 //! (vLLM's sampling-parameter checks), [`tokenizer`] (offline linear-time BPE + chat template),
 //! [`sse`] (stream framing), [`errors`] (vLLM error bodies), [`metrics`] (twin-metrics
-//! adapter), [`dcgm`] (GPU exporter), [`kv_events`] (`--kv-events-config`: vLLM's ZMQ KV event stream), [`server`] (start-up and shutdown), [`bench`] (load
+//! adapter), [`dcgm`] (GPU exporter), [`kv_events`] (`--kv-events-config`: vLLM's ZMQ KV event stream), [`server`] (start-up and shutdown), [`fleet`] (`--replicas`: a routing front over N servers), [`bench`] (load
 //! generator), [`cli`] (entry points).
 
 pub mod api;
@@ -22,6 +22,7 @@ pub mod cli;
 pub mod dcgm;
 pub mod engine;
 pub mod errors;
+pub mod fleet;
 pub mod kv_events;
 pub mod liveness;
 pub mod metrics;
@@ -33,4 +34,4 @@ pub mod sse;
 pub mod tokenizer;
 
 pub use args::parse_serve_args;
-pub use server::{start, Running, ServeConfig, StartError};
+pub use server::{start, start_replica, Running, ServeConfig, StartError};

@@ -51,6 +51,8 @@ pub struct ServeConfig {
     pub response_role: String,
     /// `--kv-events-config` with events on and the zmq publisher.
     pub kv_events: Option<crate::kv_events::KvEventsConfig>,
+    /// `--replicas N` / `--router R`: a routing front over N servers (`None`: one server).
+    pub fleet: Option<(usize, twin_sim::fleet::RouterConfig)>,
 }
 
 /// Why the server did not start.
@@ -154,6 +156,15 @@ fn refusal_router(max_connections: usize) -> axum::Router {
 
 /// Plan memory, build the engine, bind the listeners and start serving.
 pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
+    start_replica(cfg, None).await
+}
+
+/// [`start`], with each step's KV cache events also handed to `feed` (a fleet front's
+/// prefix-aware router).
+pub async fn start_replica(
+    cfg: &ServeConfig,
+    feed: Option<crate::kv_events::KvEventFeed>,
+) -> Result<Running, StartError> {
     let startup = match twin_sim::startup(&cfg.sim.config) {
         Ok(s) => s,
         Err(SimError::Cost(e)) => return Err(StartError::Refused(e.vllm_message())),
@@ -202,7 +213,7 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
     let counters = Arc::new(EngineCounters::default());
     let liveness = Arc::new(EngineLiveness::default());
     let lateness = Arc::new(Mutex::new(Vec::new()));
-    let kv_events = match &cfg.kv_events {
+    let mut kv_events = match &cfg.kv_events {
         None => None,
         Some(k) => Some(
             crate::kv_events::start_publisher(k, startup.scheduler.block_size)
@@ -210,6 +221,9 @@ pub async fn start(cfg: &ServeConfig) -> Result<Running, StartError> {
                 .map_err(StartError::KvEvents)?,
         ),
     };
+    if let Some(feed) = feed {
+        kv_events = Some(kv_events.unwrap_or_default().with_feed(feed));
+    }
     let (tx, rx) = mpsc::channel();
     let engine = EngineLoop::new(EngineParts {
         core,

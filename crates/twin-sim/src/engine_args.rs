@@ -186,7 +186,7 @@ pub fn twin_args(heading: &'static str) -> Vec<Arg> {
         .collect()
 }
 
-/// `simulate`'s fleet flags (docs/fleet.md): only `simulate` runs fleets.
+/// The fleet flags (docs/fleet.md): `simulate` takes them all, `serve` the router's.
 const FLEET_ARGS: &[(&str, &str, &str)] = &[
     (
         "replicas",
@@ -266,7 +266,8 @@ pub struct FleetArgs {
     pub preload: bool,
 }
 
-fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError> {
+/// The fleet flags from parsed matches (flags the command does not define read as absent).
+pub fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError> {
     let get = |id: &str| {
         m.try_get_one::<String>(id)
             .ok()

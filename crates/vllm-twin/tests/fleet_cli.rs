@@ -272,3 +272,49 @@ fn bad_autoscaling_files_are_named() {
     );
     refused(&["--preload"], &["--preload", "--autoscale"]);
 }
+
+mod common;
+
+/// `serve --replicas 2`: the binary prints each replica's address and the front's, and the
+/// front lists them at /twin/fleet; `serve --autoscale` is refused naming the flag.
+#[test]
+fn serve_replicas_prints_each_replica_and_the_front_lists_them() {
+    let (child, addr) = common::spawn_serve(&["--replicas", "2", "--router", "least-loaded"]);
+    let _guard = common::Killer(child);
+    let body = ureq_get(&format!("http://{addr}/twin/fleet"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["router"], "least-loaded");
+    let replicas = v["replicas"].as_array().unwrap();
+    assert_eq!(replicas.len(), 2);
+    for r in replicas {
+        let url = r["metrics_url"].as_str().unwrap();
+        let text = ureq_get(url);
+        assert!(text.contains("vllm:num_requests_running"), "{url}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+        .args(["serve", "--replicas", "2", "--autoscale", "hpa.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--autoscale"), "{stderr}");
+}
+
+/// A plain HTTP/1.1 GET over std's TcpStream (no client crate in this test binary).
+fn ureq_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{url}: {out}");
+    out.split_once("\r\n\r\n").unwrap().1.to_string()
+}

@@ -173,6 +173,18 @@ impl Router {
         self.config
     }
 
+    /// Whether the router reads the replicas' KV events (prefix-aware).
+    pub fn wants_kv_events(&self) -> bool {
+        self.index.is_some()
+    }
+
+    /// One replica's KV cache events, as llm-d's indexer consumes its ZMQ stream.
+    pub fn apply_kv_events(&mut self, replica: usize, events: &[twin_engine::KvCacheEvent]) {
+        if let Some(index) = self.index.as_mut() {
+            index.apply(replica, events);
+        }
+    }
+
     /// Pick one of `candidates` (replica indexes in service, ascending, not empty) for
     /// `spec`. `load(r)` reads replica `r`; `names[r]` is its pod name (the session ring's key).
     pub fn route(
