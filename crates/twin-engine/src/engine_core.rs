@@ -121,9 +121,31 @@ impl EngineCore {
             .is_empty()
     }
 
-    /// Work is pending: requests, or batches still in flight.
+    /// [`Scheduler::set_kv_transfer`]: the request's part in P/D.
+    pub fn set_kv_transfer(&mut self, h: ReqHandle, kv_transfer: crate::request::KvTransfer) {
+        self.scheduler.set_kv_transfer(h, kv_transfer);
+    }
+
+    /// [`Scheduler::take_started_kv_loads`].
+    pub fn take_started_kv_loads(&mut self, out: &mut Vec<(ReqHandle, usize)>) {
+        self.scheduler.take_started_kv_loads(out);
+    }
+
+    /// [`Scheduler::finish_kv_load`]: the worker's `finished_recving` for `h`.
+    pub fn finish_kv_load(&mut self, h: ReqHandle) {
+        self.scheduler.finish_kv_load(h);
+    }
+
+    /// [`Scheduler::finish_kv_send`]: the worker's `finished_sending` for `h`.
+    pub fn finish_kv_send(&mut self, h: ReqHandle) {
+        self.scheduler.finish_kv_send(h);
+    }
+
+    /// Work a step could do: schedulable requests, or batches still in flight. Requests
+    /// parked on a remote KV load alone are not (the caller wakes the engine when a load
+    /// lands).
     pub fn has_work(&self) -> bool {
-        self.scheduler.has_requests() || !self.batch_queue.is_empty()
+        self.scheduler.has_schedulable_requests() || !self.batch_queue.is_empty()
     }
 
     /// One engine iteration at engine time `now_s`. `observe` sees each scheduled
@@ -164,12 +186,14 @@ impl EngineCore {
             self.spare.push((so, mro));
             return report;
         }
-        // vLLM: EngineCore.step_with_batch_queue.
-        if !self.scheduler.has_requests() && self.batch_queue.is_empty() {
+        // vLLM: EngineCore.step_with_batch_queue. Requests parked on a remote KV load alone
+        // schedule nothing: vLLM's loop spins on empty batches, the twin's waits to be woken.
+        let schedulable = self.scheduler.has_schedulable_requests();
+        if !schedulable && self.batch_queue.is_empty() {
             report.idle = true;
             return report;
         }
-        if self.scheduler.has_requests() {
+        if schedulable {
             let (mut so, mut mro) = self.spare.pop().unwrap_or_default();
             so.step = step;
             self.scheduler.schedule(now_s, &mut so);
@@ -180,7 +204,7 @@ impl EngineCore {
             report.model_executed = so.total_num_scheduled_tokens > 0;
             self.batch_queue.push_front((so, mro));
             if self.batch_queue.len() < self.batch_queue_size
-                && (report.model_executed || self.scheduler.has_requests())
+                && (report.model_executed || self.scheduler.has_schedulable_requests())
             {
                 // Schedule the next batch while this one runs.
                 return report;

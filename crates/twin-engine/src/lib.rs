@@ -22,8 +22,8 @@ pub use engine_core::{EngineCore, ModelRunner, StepReport};
 pub use kv_cache::hashing::{hash_block, BlockHash, NONE_HASH};
 pub use kv_cache::{KvCacheEvent, KvEvents};
 pub use request::{
-    EngineCoreEvent, EngineCoreEventType, FinishReason, NewRequest, PrefillStats, Request,
-    RequestStatus, SamplingParams, TokenId, PLACEHOLDER_TOKEN_ID,
+    EngineCoreEvent, EngineCoreEventType, FinishReason, KvFetchStage, KvTransfer, NewRequest,
+    PrefillStats, Request, RequestStatus, SamplingParams, TokenId, PLACEHOLDER_TOKEN_ID,
 };
 pub use sched::{
     EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, ReqHandle, ScheduledKind,

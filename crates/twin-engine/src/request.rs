@@ -49,6 +49,45 @@ impl RequestStatus {
     }
 }
 
+/// A request's part in P/D disaggregation, from its `kv_transfer_params` as vLLM's NIXL
+/// connector reads them (`NixlConnectorScheduler`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvTransfer {
+    #[default]
+    None,
+    /// `do_remote_prefill` (decode instance): the prompt's KV is pulled from the prefill
+    /// instance before the request can run.
+    LoadFromRemote,
+    /// `do_remote_decode` (prefill instance): once finished, the request's blocks stay held
+    /// until the decode instance has read them.
+    SendToRemote,
+}
+
+/// Where an async KV load stands (the `stage` label of
+/// `vllm:num_requests_kv_fetch_by_stage`). vLLM: `KV_FETCH_STAGES` in `v1/metrics/stats.py`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvFetchStage {
+    WaitingToStart,
+    InProgress,
+    CompletedWaiting,
+}
+
+impl KvFetchStage {
+    pub const ALL: [KvFetchStage; 3] = [
+        KvFetchStage::WaitingToStart,
+        KvFetchStage::InProgress,
+        KvFetchStage::CompletedWaiting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvFetchStage::WaitingToStart => "waiting_to_start",
+            KvFetchStage::InProgress => "in_progress",
+            KvFetchStage::CompletedWaiting => "completed_waiting",
+        }
+    }
+}
+
 /// vLLM: `FinishReason`, with its string forms (the `finished_reason` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FinishReason {
@@ -167,6 +206,16 @@ pub struct Request {
     pub(crate) seq: u64,
     pub cache_salt: Option<String>,
     pub lora_name: Option<String>,
+    pub kv_transfer: KvTransfer,
+    /// The remote load was started (NIXL's `update_state_after_alloc` clears
+    /// `do_remote_prefill`, so one request loads once).
+    pub(crate) kv_load_started: bool,
+    /// The worker reported the load finished (`finished_recving`).
+    pub(crate) kv_load_done: bool,
+    pub(crate) kv_fetch_stage: Option<KvFetchStage>,
+    /// Finished, but its blocks stay held for a transfer (a send not yet read, or a load
+    /// still writing into them).
+    pub(crate) kv_blocks_pinned: bool,
 }
 
 impl Request {
@@ -215,6 +264,11 @@ impl Request {
             has_news: true,
             hash_blocks,
             block_size,
+            kv_transfer: KvTransfer::None,
+            kv_load_started: false,
+            kv_load_done: false,
+            kv_fetch_stage: None,
+            kv_blocks_pinned: false,
         };
         req.update_block_hashes();
         req

@@ -26,6 +26,12 @@ pub struct AllocateSlots<'a> {
     pub num_lookahead_tokens: usize,
     pub full_sequence_must_fit: bool,
     pub has_scheduled_reqs: bool,
+    /// Tokens a KV connector will load into new blocks (P/D: the prompt from the prefiller).
+    pub num_external_computed_tokens: usize,
+    /// Allocate but do not cache: the blocks' contents arrive later (an async load).
+    pub delay_cache_blocks: bool,
+    /// Free blocks that must stay free for other in-flight sequences.
+    pub reserved_blocks: usize,
 }
 
 impl KVCacheManager {
@@ -151,18 +157,22 @@ impl KVCacheManager {
         new_blocks: &mut Vec<u32>,
     ) -> bool {
         assert!(
-            args.num_new_tokens > 0 || args.num_new_computed_tokens > 0,
+            args.num_new_tokens > 0
+                || args.num_new_computed_tokens > 0
+                || args.num_external_computed_tokens > 0,
             "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
         );
         if args.new_computed_blocks.is_empty()
             && args.num_new_computed_tokens == 0
+            && args.num_external_computed_tokens == 0
             && !args.full_sequence_must_fit
             && self.allocate_in_held_blocks(req, args.num_new_tokens, args.num_lookahead_tokens)
         {
             return true;
         }
         let num_local_computed = req.num_computed_tokens + args.num_new_computed_tokens;
-        let total_computed = num_local_computed.min(self.max_model_len);
+        let total_computed =
+            (num_local_computed + args.num_external_computed_tokens).min(self.max_model_len);
         let watermark_blocks = if args.has_scheduled_reqs
             && matches!(
                 req.status,
@@ -183,7 +193,8 @@ impl KVCacheManager {
         let num_tokens_main = total_computed + args.num_new_tokens;
         let need_slot = (num_tokens_main + args.num_lookahead_tokens).min(self.max_model_len);
         let need = self.num_blocks_to_allocate(req, need_slot, args.new_computed_blocks);
-        if need + watermark_blocks > free {
+        // `reserved_blocks` stay free for in-flight sequences (async KV loads' admission).
+        if need + watermark_blocks + args.reserved_blocks > free {
             return false;
         }
         if !args.new_computed_blocks.is_empty() {
@@ -200,6 +211,10 @@ impl KVCacheManager {
             self.block_pool
                 .get_new_blocks(required - req.block_ids.len(), new_blocks);
             req.block_ids.extend_from_slice(&new_blocks[start..]);
+        }
+        if args.delay_cache_blocks {
+            // P/D: the loaded blocks are cached once the transfer has landed.
+            return true;
         }
         // Only verified tokens are committed: drafts past num_tokens are not cached.
         let num_tokens_to_cache = (total_computed + args.num_new_tokens).min(req.num_tokens());

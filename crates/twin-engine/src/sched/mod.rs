@@ -97,4 +97,9 @@ impl RequestSlab {
     pub fn len(&self) -> usize {
         self.len
     }
+
+    /// Every live request (slot order).
+    pub fn iter(&self) -> impl Iterator<Item = &Request> {
+        self.slots.iter().filter_map(|(_, r)| r.as_ref())
+    }
 }

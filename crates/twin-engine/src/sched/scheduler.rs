@@ -1,6 +1,7 @@
 //! vLLM: `vllm/v1/core/sched/scheduler.py` (`Scheduler`) and `async_scheduler.py`
-//! (`AsyncScheduler`), for decoder-only full-attention text models without KV
-//! connectors, LoRA batching limits, structured output or encoders.
+//! (`AsyncScheduler`), for decoder-only full-attention text models without LoRA batching
+//! limits, structured output or encoders. Of the KV connectors it models NIXL's P/D pull
+//! (`do_remote_prefill` loads, `do_remote_decode` sends) through `kv_holding_waiting`.
 //!
 //! `schedule()` reads top to bottom as vLLM's does: the RUNNING pass, then (only if
 //! nothing was preempted) the WAITING pass, then `_update_after_schedule`.
@@ -20,7 +21,8 @@ use super::{ReqHandle, RequestSlab};
 use crate::config::{ConfigError, SchedulerConfig, SchedulingPolicy};
 use crate::kv_cache::{AllocateSlots, KVCacheManager, KvEvents};
 use crate::request::{
-    EngineCoreEventType, NewRequest, Request, RequestStatus, TokenId, PLACEHOLDER_TOKEN_ID,
+    EngineCoreEventType, KvFetchStage, KvTransfer, NewRequest, Request, RequestStatus, TokenId,
+    PLACEHOLDER_TOKEN_ID,
 };
 use crate::stats::{SchedulerStats, SpecDecodingStats};
 use crate::synthetic::PositionKeyedTokens;
@@ -97,6 +99,15 @@ struct Admission {
     pad_spec: bool,
 }
 
+/// How a WAITING-pass admission ended.
+enum Admitted {
+    Yes,
+    /// A remote KV load started: the request waits, holding its blocks.
+    LoadStarted,
+    /// Nothing fits: the pass stops.
+    No,
+}
+
 /// How the RUNNING pass's allocation for one request ended.
 enum Allocation {
     Allocated,
@@ -114,6 +125,15 @@ pub struct Scheduler {
     kv: KVCacheManager,
     requests: RequestSlab,
     waiting: RequestQueue,
+    /// Waiting requests that hold KV blocks (async KV loads, started or landed); drained
+    /// before `waiting`. vLLM: `kv_holding_waiting`.
+    kv_holding: RequestQueue,
+    /// Requests by async-load stage (`KvFetchStage::ALL` order). vLLM: `_kv_fetch_counts`.
+    kv_fetch_counts: [usize; 3],
+    /// Loads started and not yet reported finished (the engine sleeps on them).
+    num_parked_loads: usize,
+    /// Loads started since the caller last took them: (request, tokens to load).
+    started_loads: Vec<(ReqHandle, usize)>,
     running: Vec<ReqHandle>,
     coasting: Coasting,
     /// vLLM: `deferred_waiting` (a set; here a flag on the request plus this count).
@@ -130,6 +150,8 @@ pub struct Scheduler {
     hit_blocks: Vec<u32>,
     probe_blocks: Vec<u32>,
     skipped: Vec<ReqHandle>,
+    skipped_holding: Vec<ReqHandle>,
+    new_holding: Vec<ReqHandle>,
     stopped: Vec<ReqHandle>,
     deferred: Vec<bool>,
 }
@@ -156,6 +178,10 @@ impl Scheduler {
         Ok(Scheduler {
             max_num_active_reqs: config.max_num_active_reqs(),
             waiting: RequestQueue::new(config.policy == SchedulingPolicy::Priority),
+            kv_holding: RequestQueue::new(config.policy == SchedulingPolicy::Priority),
+            kv_fetch_counts: [0; 3],
+            num_parked_loads: 0,
+            started_loads: Vec::new(),
             cache_aware_window: if config.policy == SchedulingPolicy::Fcfs
                 && config.enable_prefix_caching
             {
@@ -179,6 +205,8 @@ impl Scheduler {
             hit_blocks: Vec::new(),
             probe_blocks: Vec::new(),
             skipped: Vec::new(),
+            skipped_holding: Vec::new(),
+            new_holding: Vec::new(),
             stopped: Vec::new(),
             deferred: Vec::new(),
         })
@@ -264,11 +292,11 @@ impl Scheduler {
 
     /// WAITING requests in queue order.
     pub fn waiting(&self) -> impl Iterator<Item = ReqHandle> + '_ {
-        self.waiting.iter()
+        self.kv_holding.iter().chain(self.waiting.iter())
     }
 
     pub fn num_waiting(&self) -> usize {
-        self.waiting.len()
+        self.waiting.len() + self.kv_holding.len()
     }
 
     pub fn num_deferred(&self) -> usize {
@@ -300,12 +328,119 @@ impl Scheduler {
 
     /// vLLM: `Scheduler.get_num_unfinished_requests`.
     pub fn num_unfinished_requests(&self) -> usize {
-        self.running.len() + self.waiting.len()
+        self.running.len() + self.waiting.len() + self.kv_holding.len()
     }
 
     /// vLLM: `Scheduler.has_requests` (finished ids not yet sent keep it true).
     pub fn has_requests(&self) -> bool {
         self.num_unfinished_requests() > 0 || !self.finished_req_ids.is_empty()
+    }
+
+    /// Whether a step now could do anything: vLLM's engine polls its KV connector while
+    /// every request waits on a remote load; in virtual time the engine sleeps until the
+    /// caller reports a load finished ([`Self::finish_kv_load`]).
+    pub fn has_schedulable_requests(&self) -> bool {
+        self.num_unfinished_requests() > self.num_parked_loads || !self.finished_req_ids.is_empty()
+    }
+
+    /// Mark `h`'s part in P/D (before it is first scheduled). vLLM: the request's
+    /// `kv_transfer_params` as `NixlConnectorScheduler` reads them.
+    pub fn set_kv_transfer(&mut self, h: ReqHandle, kv_transfer: KvTransfer) {
+        if let Some(r) = self.requests.get_mut(h) {
+            r.kv_transfer = kv_transfer;
+        }
+    }
+
+    /// Requests with an async KV load, by stage (`KvFetchStage::ALL` order).
+    pub fn kv_fetch_counts(&self) -> [usize; 3] {
+        self.kv_fetch_counts
+    }
+
+    /// Loads started since the last call: (request, prompt tokens to pull), in order.
+    pub fn take_started_kv_loads(&mut self, out: &mut Vec<(ReqHandle, usize)>) {
+        out.clear();
+        std::mem::swap(out, &mut self.started_loads);
+    }
+
+    /// The worker finished pulling `h`'s KV (`finished_recving`): it can be scheduled at the
+    /// next step, or, if it was aborted meanwhile, its blocks go back.
+    /// vLLM: `Scheduler._update_from_kv_xfer_finished`.
+    pub fn finish_kv_load(&mut self, h: ReqHandle) {
+        let Some(r) = self.requests.get_mut(h) else {
+            return;
+        };
+        if !r.kv_load_started || r.kv_load_done {
+            return;
+        }
+        r.kv_load_done = true;
+        if r.is_finished() {
+            // Aborted while loading: the blocks were kept until the worker let go of them.
+            self.release_pinned_blocks(h);
+        } else {
+            self.num_parked_loads -= 1;
+            self.set_kv_fetch_stage(h, Some(KvFetchStage::CompletedWaiting));
+        }
+    }
+
+    /// The decode instance has read `h`'s blocks (`finished_sending`): they go back.
+    /// vLLM: `Scheduler._update_from_kv_xfer_finished` → `_free_blocks`.
+    pub fn finish_kv_send(&mut self, h: ReqHandle) {
+        if self.requests.get(h).is_some_and(|r| r.is_finished()) {
+            self.release_pinned_blocks(h);
+        }
+    }
+
+    /// A finished request's held blocks back to the pool, and the request dropped.
+    /// vLLM: `Scheduler._free_blocks`.
+    fn release_pinned_blocks(&mut self, h: ReqHandle) {
+        if let Some(mut req) = self.requests.remove(h) {
+            debug_assert!(req.kv_blocks_pinned);
+            self.kv.free(&mut req);
+        }
+    }
+
+    /// vLLM: `Scheduler._set_kv_fetch_stage`.
+    fn set_kv_fetch_stage(&mut self, h: ReqHandle, stage: Option<KvFetchStage>) {
+        let r = self.requests.req_mut(h);
+        if let Some(prev) = std::mem::replace(&mut r.kv_fetch_stage, stage) {
+            self.kv_fetch_counts[prev as usize] -= 1;
+        }
+        if let Some(stage) = stage {
+            self.kv_fetch_counts[stage as usize] += 1;
+        }
+    }
+
+    /// vLLM: `Scheduler._holds_kv_blocks`.
+    fn holds_kv_blocks(r: &Request) -> bool {
+        r.num_computed_tokens > 0 || r.status == RequestStatus::WaitingForRemoteKvs
+    }
+
+    /// Blocks the requests still prefilling (running, or parked on a load) need to finish,
+    /// kept free when an async load is admitted. vLLM: `_inflight_prefill_reserved_blocks`
+    /// (`_request_remaining_blocks` over `_inflight_prefills` and the parked loads).
+    fn inflight_prefill_reserved_blocks(&self) -> usize {
+        let bs = self.config.block_size;
+        let extra = if self.config.num_speculative_tokens > 0 {
+            1 + self.config.num_speculative_tokens + self.config.num_lookahead_tokens
+        } else {
+            0
+        };
+        let remaining = |r: &Request| {
+            let full = r.num_tokens().min(self.config.max_model_len) + extra;
+            full.div_ceil(bs).saturating_sub(r.block_ids.len())
+        };
+        let running = self
+            .running
+            .iter()
+            .map(|&h| self.requests.req(h))
+            .filter(|r| r.num_computed_tokens < r.num_tokens().saturating_sub(1))
+            .map(remaining);
+        let parked = self
+            .kv_holding
+            .iter()
+            .map(|h| self.requests.req(h))
+            .map(remaining);
+        running.chain(parked).sum()
     }
 
     fn set_deferred(&mut self, h: ReqHandle, on: bool) {
@@ -322,7 +457,7 @@ impl Scheduler {
 
     /// Long-prefill cap for this step. vLLM: `Scheduler.schedule` (threshold prologue).
     fn long_prefill_threshold(&self) -> usize {
-        let num_eligible = self.running.len() + self.waiting.len();
+        let num_eligible = self.running.len() + self.waiting.len() + self.kv_holding.len();
         let mut thr = if self.config.enable_chunked_prefill && num_eligible > 1 {
             self.config.long_prefill_token_threshold
         } else {
@@ -581,42 +716,134 @@ impl Scheduler {
 
     /// The WAITING pass: admit queued requests in order while seats and budget last;
     /// the first that does not fit stops it (head-of-line blocking).
-    /// vLLM: `Scheduler.schedule` (the `while self.waiting` loop).
+    /// vLLM: `Scheduler.schedule` (the `while self.waiting` loop): requests holding KV blocks
+    /// (`kv_holding_waiting`) first, then `waiting`.
     fn schedule_waiting(&mut self, plan: &mut StepPlan, out: &mut SchedulerOutput) {
         if self.cache_aware_window > 0 && !plan.defer_prefills {
             self.reorder_waiting_by_cached_prefix();
         }
         self.skipped.clear();
+        self.skipped_holding.clear();
+        self.new_holding.clear();
         while self.running.len() < self.max_num_active_reqs && !plan.budget.exhausted() {
-            let Some(h) = self.waiting.peek() else { break };
+            let from_holding = !self.kv_holding.is_empty();
+            let queue = if from_holding {
+                &self.kv_holding
+            } else {
+                &self.waiting
+            };
+            let Some(h) = queue.peek() else { break };
+            let r = self.requests.req(h);
+            if r.status == RequestStatus::WaitingForRemoteKvs {
+                if !r.kv_load_done {
+                    self.skip_waiting(h, from_holding);
+                    continue;
+                }
+                self.promote_loaded(h);
+            }
             let r = self.requests.req(h);
             if r.num_stale_output_tokens > 0 && !r.drop_stale_output {
                 // Async: deliverable output still in flight; resuming now could
                 // resample a position that output later fills.
-                self.waiting.pop();
-                self.set_deferred(h, true);
-                self.skipped.push(h);
+                self.skip_waiting(h, from_holding);
                 continue;
             }
-            if !self.try_admit(h, plan, out) {
-                break;
+            match self.try_admit(h, from_holding, plan, out) {
+                Admitted::Yes => {}
+                Admitted::LoadStarted => self.skip_waiting(h, from_holding),
+                Admitted::No => break,
             }
         }
-        // Skipped requests go back to the front in their original order.
+        // Skipped requests go back to the front of their queue in their original order;
+        // loads started this step join the back of kv_holding (newer than any holder).
+        for idx in (0..self.skipped_holding.len()).rev() {
+            let h = self.skipped_holding[idx];
+            let key = self.requests.req(h).priority_key();
+            self.kv_holding.prepend(h, key);
+        }
+        for idx in 0..self.new_holding.len() {
+            let h = self.new_holding[idx];
+            let key = self.requests.req(h).priority_key();
+            self.kv_holding.add(h, key);
+        }
         for idx in (0..self.skipped.len()).rev() {
             let h = self.skipped[idx];
             let key = self.requests.req(h).priority_key();
             self.waiting.prepend(h, key);
         }
         if !plan.defer_prefills {
-            self.prefill_capacity_bound = self.waiting.len() > self.num_deferred;
+            self.prefill_capacity_bound =
+                self.waiting.len() + self.kv_holding.len() > self.num_deferred;
         }
     }
 
-    /// Admit waiting request `h` (the queue's head) if its tokens and blocks fit; `false`
-    /// stops the WAITING pass. vLLM: `Scheduler.schedule` (the WAITING loop body).
-    fn try_admit(&mut self, h: ReqHandle, plan: &mut StepPlan, out: &mut SchedulerOutput) -> bool {
+    /// Take the head of its queue aside for this step. vLLM: `skip_request` in
+    /// `Scheduler.schedule`.
+    fn skip_waiting(&mut self, h: ReqHandle, from_holding: bool) {
+        if from_holding {
+            self.kv_holding.pop();
+        } else {
+            self.waiting.pop();
+        }
+        self.set_deferred(h, true);
+        let holds_blocks = Self::holds_kv_blocks(self.requests.req(h));
+        if holds_blocks && !from_holding {
+            self.new_holding.push(h);
+        } else if holds_blocks {
+            self.skipped_holding.push(h);
+        } else {
+            self.skipped.push(h);
+        }
+    }
+
+    /// A landed load: cache its blocks and let it run, recomputing the last prompt token
+    /// when the whole prompt arrived. vLLM: `Scheduler._update_waiting_for_remote_kv` and
+    /// `_handle_blocked_waiting_request`.
+    fn promote_loaded(&mut self, h: ReqHandle) {
+        let r = self.requests.req_mut(h);
+        let n = r.num_computed_tokens;
+        self.kv.cache_blocks(r, n);
+        if r.num_computed_tokens == r.num_tokens() {
+            r.num_computed_tokens = r.num_tokens() - 1;
+        }
+        r.status = if r.num_preemptions > 0 {
+            RequestStatus::Preempted
+        } else {
+            RequestStatus::Waiting
+        };
+    }
+
+    /// Admit waiting request `h` (its queue's head) if its tokens and blocks fit, or start
+    /// its remote KV load; `No` stops the WAITING pass. vLLM: `Scheduler.schedule` (the
+    /// WAITING loop body).
+    fn try_admit(
+        &mut self,
+        h: ReqHandle,
+        from_holding: bool,
+        plan: &mut StepPlan,
+        out: &mut SchedulerOutput,
+    ) -> Admitted {
         let (num_local_hit, did_lookup) = self.lookup_cached_prefix(h);
+        let r = self.requests.req(h);
+        // NIXL `get_num_new_matched_tokens`: a `do_remote_prefill` request pulls every prompt
+        // token it does not hold locally.
+        let num_external =
+            if did_lookup && r.kv_transfer == KvTransfer::LoadFromRemote && !r.kv_load_started {
+                r.num_prompt_tokens.saturating_sub(num_local_hit)
+            } else {
+                0
+            };
+        let load_kv_async = num_external > 0;
+        if did_lookup {
+            if let Some(ps) = self.requests.req_mut(h).prefill_stats.as_mut() {
+                ps.num_external_cached_tokens = num_external;
+            }
+            let stage = load_kv_async.then_some(KvFetchStage::WaitingToStart);
+            self.set_kv_fetch_stage(h, stage);
+        }
+        if load_kv_async {
+            return self.start_kv_load(h, num_local_hit, num_external, out);
+        }
         let r = self.requests.req(h);
         let num_computed = if did_lookup {
             num_local_hit
@@ -624,7 +851,7 @@ impl Scheduler {
             r.num_computed_tokens
         };
         let Some((n, pad_spec)) = self.num_new_waiting_tokens(r, num_computed, plan) else {
-            return false;
+            return Admitted::No;
         };
         let block_start = out.block_ids.len();
         let args = AllocateSlots {
@@ -634,11 +861,12 @@ impl Scheduler {
             num_lookahead_tokens: self.config.num_lookahead_tokens,
             full_sequence_must_fit: self.config.scheduler_reserve_full_isl,
             has_scheduled_reqs: !self.running.is_empty(),
+            ..Default::default()
         };
         let r = self.requests.req_mut(h);
         if !self.kv.allocate_slots(r, args, &mut out.block_ids) {
             // Head-of-line blocking: later requests are not tried.
-            return false;
+            return Admitted::No;
         }
         if did_lookup {
             self.kv
@@ -649,8 +877,50 @@ impl Scheduler {
             num_computed,
             pad_spec,
         };
-        self.admit(h, admission, block_start, plan, out);
-        true
+        self.admit(h, from_holding, admission, block_start, plan, out);
+        Admitted::Yes
+    }
+
+    /// Allocate blocks for the prompt a remote prefill computed and park the request until
+    /// they are filled. vLLM: `Scheduler.schedule` (`load_kv_async`: `allocate_slots` with
+    /// `delay_cache_blocks`, status `WAITING_FOR_REMOTE_KVS`).
+    fn start_kv_load(
+        &mut self,
+        h: ReqHandle,
+        num_local_hit: usize,
+        num_external: usize,
+        out: &mut SchedulerOutput,
+    ) -> Admitted {
+        let reserved_blocks = self.inflight_prefill_reserved_blocks();
+        let args = AllocateSlots {
+            num_new_tokens: 0,
+            num_new_computed_tokens: num_local_hit,
+            new_computed_blocks: &self.hit_blocks,
+            num_lookahead_tokens: 0,
+            full_sequence_must_fit: self.config.scheduler_reserve_full_isl,
+            has_scheduled_reqs: !self.running.is_empty(),
+            num_external_computed_tokens: num_external,
+            delay_cache_blocks: true,
+            reserved_blocks,
+        };
+        let r = self.requests.req_mut(h);
+        let mark = out.block_ids.len();
+        let ok = self.kv.allocate_slots(r, args, &mut out.block_ids);
+        // The load's blocks reach the worker with the request when it is scheduled.
+        out.block_ids.truncate(mark);
+        if !ok {
+            return Admitted::No;
+        }
+        self.kv
+            .record_prefix_cache_stats(self.requests.req(h), num_local_hit);
+        let r = self.requests.req_mut(h);
+        r.status = RequestStatus::WaitingForRemoteKvs;
+        r.num_computed_tokens = num_local_hit + num_external;
+        r.kv_load_started = true;
+        self.num_parked_loads += 1;
+        self.started_loads.push((h, num_external));
+        self.set_kv_fetch_stage(h, Some(KvFetchStage::InProgress));
+        Admitted::LoadStarted
     }
 
     /// A fresh request's locally cached prefix (into `hit_blocks`), recorded in its
@@ -722,6 +992,7 @@ impl Scheduler {
     fn admit(
         &mut self,
         h: ReqHandle,
+        from_holding: bool,
         admission: Admission,
         block_start: usize,
         plan: &mut StepPlan,
@@ -732,8 +1003,13 @@ impl Scheduler {
             num_computed,
             pad_spec,
         } = admission;
-        self.waiting.pop();
+        if from_holding {
+            self.kv_holding.pop();
+        } else {
+            self.waiting.pop();
+        }
         self.set_deferred(h, false);
+        self.set_kv_fetch_stage(h, None);
         self.running.push(h);
         let r = self.requests.req_mut(h);
         r.record_event(EngineCoreEventType::Scheduled, plan.now_s);
@@ -945,7 +1221,7 @@ impl Scheduler {
             let slab = &self.requests;
             let mut kept = 0;
             for j in 0..self.running.len() {
-                if slab.get(self.running[j]).is_some() {
+                if slab.get(self.running[j]).is_some_and(|r| !r.is_finished()) {
                     self.running[kept] = self.running[j];
                     kept += 1;
                 }
@@ -1081,6 +1357,7 @@ impl Scheduler {
             } else {
                 let key = r.priority_key();
                 self.waiting.remove(h, key);
+                self.kv_holding.remove(h, key);
                 self.set_deferred(h, false);
             }
         }
@@ -1095,6 +1372,26 @@ impl Scheduler {
     fn free_request(&mut self, h: ReqHandle) {
         self.set_deferred(h, false);
         self.coasting.forget(h);
+        self.set_kv_fetch_stage(h, None);
+        let r = self.requests.req_mut(h);
+        // A load still writing into the blocks keeps them (vLLM: `_aborted_kv_loads`); so
+        // does a prefill whose KV the decoder will read (NIXL `request_finished` →
+        // `delay_free_blocks` for a length-capped or stopped `do_remote_decode` request).
+        let load_in_flight = r.kv_load_started && !r.kv_load_done;
+        let send = r.kv_transfer == KvTransfer::SendToRemote
+            && matches!(
+                r.status,
+                RequestStatus::FinishedLengthCapped | RequestStatus::FinishedStopped
+            )
+            && !r.block_ids.is_empty();
+        if load_in_flight || send {
+            r.kv_blocks_pinned = true;
+            if load_in_flight {
+                self.num_parked_loads -= 1;
+            }
+            self.finished_req_ids.push(h);
+            return;
+        }
         let mut req = self.requests.remove(h).expect("freeing a live request");
         debug_assert!(req.is_finished());
         self.kv.free(&mut req);
@@ -1105,7 +1402,7 @@ impl Scheduler {
     pub fn make_stats(&mut self, spec: Option<SpecDecodingStats>) -> SchedulerStats {
         SchedulerStats {
             num_running_reqs: self.running.len(),
-            num_waiting_reqs: self.waiting.len() - self.num_deferred,
+            num_waiting_reqs: self.waiting.len() + self.kv_holding.len() - self.num_deferred,
             num_skipped_waiting_reqs: self.num_deferred,
             kv_cache_usage: self.kv.usage(),
             prefix_cache_stats: self.kv.make_prefix_cache_stats(),
@@ -1117,6 +1414,7 @@ impl Scheduler {
                 .as_mut()
                 .map(|m| m.drain_events())
                 .unwrap_or_default(),
+            num_kv_fetch_reqs_by_stage: self.kv_fetch_counts,
         }
     }
 
@@ -1127,11 +1425,7 @@ impl Scheduler {
             self.running.len() <= self.config.max_num_seqs,
             "running > max_num_seqs"
         );
-        let held: usize = self
-            .running
-            .iter()
-            .map(|&h| self.requests.req(h).block_ids.len())
-            .sum();
+        let held: usize = self.requests.iter().map(|r| r.block_ids.len()).sum();
         assert!(
             held >= self.kv.block_pool.num_referenced_blocks(),
             "a referenced block has no holder"
@@ -1148,11 +1442,30 @@ impl Scheduler {
             );
             assert!(r.block_ids.is_empty(), "waiting request holds blocks");
         }
+        for h in self.kv_holding.iter() {
+            let r = self.requests.req(h);
+            assert!(
+                Self::holds_kv_blocks(r) && !r.is_finished(),
+                "kv_holding request in status {:?} with {} computed",
+                r.status,
+                r.num_computed_tokens
+            );
+        }
+        let num_pinned = self.requests.iter().filter(|r| r.kv_blocks_pinned).count();
         assert_eq!(
-            self.running.len() + self.waiting.len(),
+            self.running.len() + self.waiting.len() + self.kv_holding.len() + num_pinned,
             self.requests.len(),
             "a live request is in no queue"
         );
+        let num_parked = self
+            .kv_holding
+            .iter()
+            .filter(|&h| {
+                let r = self.requests.req(h);
+                r.kv_load_started && !r.kv_load_done
+            })
+            .count();
+        assert_eq!(num_parked, self.num_parked_loads, "parked loads miscounted");
     }
 }
 
