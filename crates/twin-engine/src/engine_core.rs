@@ -84,6 +84,13 @@ impl EngineCore {
         self.batch_queue.len()
     }
 
+    /// A batch in flight has tokens (the GPU is working on something).
+    pub fn has_in_flight_tokens(&self) -> bool {
+        self.batch_queue
+            .iter()
+            .any(|(so, _)| so.total_num_scheduled_tokens > 0)
+    }
+
     pub fn add_request(&mut self, new: NewRequest, now_s: f64) -> ReqHandle {
         self.scheduler.add_request(new, now_s)
     }

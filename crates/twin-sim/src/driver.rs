@@ -7,7 +7,10 @@ use std::collections::BinaryHeap;
 use twin_cost::{BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod};
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
 
-use twin_engine::{EngineCore, NewRequest, SamplingParams, SchedulerConfig, SchedulingPolicy};
+use twin_engine::{
+    EngineCore, KvTransfer, NewRequest, ReqHandle, SamplingParams, SchedulerConfig,
+    SchedulingPolicy,
+};
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
 use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
@@ -74,6 +77,9 @@ pub struct SimConfig {
 pub struct Startup {
     pub plan: MemoryPlan,
     pub scheduler: SchedulerConfig,
+    /// A KV connector is configured (`--kv-transfer-config` with a consumer role: a P/D
+    /// pool's `kv_both`), so /metrics has `num_requests_kv_fetch_by_stage`.
+    pub kv_connector: bool,
 }
 
 /// `vllm serve` start-up: memory plan (which may refuse to start) → scheduler config.
@@ -123,7 +129,11 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         field: format!("--{}", e.field.replace('_', "-")),
         message: e.message,
     })?;
-    Ok(Startup { plan, scheduler })
+    Ok(Startup {
+        plan,
+        scheduler,
+        kv_connector: false,
+    })
 }
 
 pub use crate::output_processor::RequestTimes;
@@ -152,6 +162,35 @@ struct TrackedCold {
     spec: RequestSpec,
     /// Output tokens, kept only when a later session turn needs them.
     outputs: Vec<u32>,
+    pd: PdPhase,
+    /// A P/D prefill keeps the client's prompt and `max_tokens` for the decode half.
+    handoff_prompt: Vec<u32>,
+    handoff_max_tokens: usize,
+}
+
+/// A request's part in P/D disaggregation, as the driver tracks it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) enum PdPhase {
+    /// Prefill and decode on one instance.
+    #[default]
+    Whole,
+    /// The proxy's `max_tokens=1` request to a prefill instance (`do_remote_decode`).
+    Prefill,
+    /// The client's request on a decode instance, its prompt's KV pulled from the prefill
+    /// instance's `prefill_handle` (`do_remote_prefill`).
+    Decode {
+        client_arrival_s: f64,
+        prefill_engine: usize,
+        prefill_handle: ReqHandle,
+    },
+}
+
+/// A prefill that finished: the proxy now sends the client's request to a decode instance.
+pub(crate) struct Handoff {
+    pub(crate) spec: RequestSpec,
+    pub(crate) t_s: f64,
+    pub(crate) prefill_engine: usize,
+    pub(crate) prefill_handle: ReqHandle,
 }
 
 pub(crate) struct EngineSlot {
@@ -174,6 +213,11 @@ pub(crate) struct EngineSlot {
     queue_generation: u32,
     /// GPU busy time so far (what DCGM_FI_DEV_GPU_UTIL averages over a scrape).
     busy_s: f64,
+    /// P/D prefills finished since the dispatcher last took them.
+    pub(crate) handoffs: Vec<Handoff>,
+    /// Its last step did nothing and only a KV transfer can change that: it waits to be
+    /// woken (an admission, a load landing, blocks read) instead of stepping in place.
+    blocked: bool,
 }
 
 impl EngineSlot {
@@ -218,6 +262,8 @@ impl EngineSlot {
             max_model_len: startup.scheduler.max_model_len,
             queue_generation: 0,
             busy_s: 0.0,
+            handoffs: Vec::new(),
+            blocked: false,
         })
     }
 
@@ -238,11 +284,26 @@ impl EngineSlot {
     pub(crate) fn busy_s(&self) -> f64 {
         self.busy_s
     }
+
+    /// The P/D part of tracked request `h`.
+    pub(crate) fn pd_phase(&self, h: ReqHandle) -> PdPhase {
+        match self.tracked_cold.get(h.index()) {
+            Some(Some(c)) => c.pd,
+            _ => PdPhase::Whole,
+        }
+    }
+
+    /// Wake the engine at `t_s` (a KV load landed, its blocks were read): it steps no
+    /// earlier.
+    pub(crate) fn wake_at(&mut self, t_s: f64) {
+        self.clock_s = self.clock_s.max(t_s);
+        self.blocked = false;
+    }
 }
 
 /// A time as a heap key: simulated times are finite, ordered by `total_cmp`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct TimeKey(f64);
+pub(crate) struct TimeKey(pub(crate) f64);
 
 impl Eq for TimeKey {}
 
@@ -273,10 +334,10 @@ impl Engines {
     }
 
     /// Queue engine `e` at its clock if it has work (after anything that changed either).
-    fn requeue(&mut self, e: usize) {
+    pub(crate) fn requeue(&mut self, e: usize) {
         let slot = &mut self.slots[e];
         slot.queue_generation = slot.queue_generation.wrapping_add(1);
-        if slot.core.has_work() {
+        if slot.core.has_work() && !slot.blocked {
             self.next_step
                 .push(Reverse((TimeKey(slot.clock_s), e, slot.queue_generation)));
         }
@@ -299,8 +360,24 @@ impl Engines {
 pub(crate) trait Dispatch {
     /// The engine a new request is added to.
     fn route(&mut self, spec: &RequestSpec, engines: &Engines) -> usize;
-    /// After engine `e` stepped (its KV cache events are there to take).
-    fn after_step(&mut self, _e: usize, _slot: &mut EngineSlot) {}
+    /// After engine `e` stepped at `t_s` (its KV cache events, started KV loads and P/D
+    /// handoffs are there to take).
+    fn after_step(&mut self, _e: usize, _slot: &mut EngineSlot, _t_s: f64) {}
+    /// The next request the fleet itself sends (a P/D proxy's decode request), if any.
+    fn next_internal_arrival_s(&self) -> Option<f64> {
+        None
+    }
+    /// That request, the engine it goes to and its P/D part.
+    fn pop_internal_arrival(
+        &mut self,
+        _engines: &Engines,
+    ) -> Option<(RequestSpec, usize, PdPhase)> {
+        None
+    }
+    /// The P/D part of a client's request routed to engine `e` (a prefill pool's: `Prefill`).
+    fn phase_of_arrival(&self, _e: usize) -> PdPhase {
+        PdPhase::Whole
+    }
     /// The next control-loop time (autoscaler sync, scrape), if any.
     fn next_timer_s(&self) -> Option<f64> {
         None
@@ -343,6 +420,7 @@ pub fn run(
         name: "vllm",
         engines: 0..dp,
         t_s: 0.0,
+        serves_clients: true,
     });
     run_loop(&mut workload, &mut engines, &mut DataParallel, observer)
 }
@@ -360,7 +438,12 @@ pub(crate) fn run_loop(
         if observer.should_stop() {
             break;
         }
-        let next_arrival = workload.next_time();
+        let next_client = workload.next_time();
+        let next_internal = dispatch.next_internal_arrival_s();
+        let next_arrival = match (next_client, next_internal) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let next_engine = engines.peek_next();
         if next_arrival.is_none() && next_engine.is_none() {
             if in_flight_total == 0 || workload.is_exhausted() {
@@ -380,9 +463,16 @@ pub(crate) fn run_loop(
         }
         match (next_arrival, next_engine) {
             (Some(t), engine) if engine.is_none_or(|(_, te)| t <= te) => {
-                let spec = workload.pop_due(t).expect("due arrival");
-                let e = dispatch.route(&spec, engines);
-                if admit(&mut engines.slots[e], e, spec, observer, workload) {
+                let (spec, e, phase) = if next_internal == Some(t) {
+                    dispatch
+                        .pop_internal_arrival(engines)
+                        .expect("a due internal arrival")
+                } else {
+                    let spec = workload.pop_due(t).expect("due arrival");
+                    let e = dispatch.route(&spec, engines);
+                    (spec, e, dispatch.phase_of_arrival(e))
+                };
+                if admit(&mut engines.slots[e], e, spec, phase, t, observer, workload) {
                     in_flight_total += 1;
                     engines.requeue(e);
                 }
@@ -392,7 +482,7 @@ pub(crate) fn run_loop(
                 let finished = step_engine(slot, e, t, observer, workload);
                 in_flight_total -= finished;
                 slot.num_in_system -= finished;
-                dispatch.after_step(e, slot);
+                dispatch.after_step(e, slot, t);
                 engines.requeue(e);
             }
             (Some(_), None) => unreachable!("handled by the arrival arm"),
@@ -408,11 +498,19 @@ fn admit(
     slot: &mut EngineSlot,
     engine: usize,
     mut spec: RequestSpec,
+    pd: PdPhase,
+    t_s: f64,
     observer: &mut dyn Observer,
     workload: &mut Workload,
 ) -> bool {
     let max_model_len = slot.max_model_len;
-    let add_s = spec.arrival_time_s
+    // The decode half of a P/D request reaches this frontend from the proxy now; the
+    // client sent it at `spec.arrival_time_s`.
+    let arrival_s = match pd {
+        PdPhase::Decode { .. } => t_s,
+        _ => spec.arrival_time_s,
+    };
+    let add_s = arrival_s
         + frontend::TOKENIZE_BASE_S
         + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
     let prompt_len = spec.prompt_token_ids.len();
@@ -423,7 +521,18 @@ fn admit(
         return false;
     }
     // An unset max_tokens defaults to what fits; a forced one is capped the same way.
-    let max_tokens = spec.max_tokens.min(max_model_len - prompt_len);
+    let handoff_max_tokens = spec.max_tokens;
+    let max_tokens = if pd == PdPhase::Prefill {
+        // The P/D proxy asks the prefill instance for one token.
+        1
+    } else {
+        spec.max_tokens.min(max_model_len - prompt_len)
+    };
+    let handoff_prompt = if pd == PdPhase::Prefill {
+        spec.prompt_token_ids.clone()
+    } else {
+        Vec::new()
+    };
     let h = slot.core.add_request(
         NewRequest {
             request_id: String::new(),
@@ -435,13 +544,18 @@ fn admit(
                 stop_token_ids: Vec::new(),
                 eos_token_id: None,
             },
-            arrival_time_s: spec.arrival_time_s,
+            arrival_time_s: arrival_s,
             priority: 0,
             cache_salt: None,
             lora_name: None,
         },
         add_s,
     );
+    match pd {
+        PdPhase::Whole => {}
+        PdPhase::Prefill => slot.core.set_kv_transfer(h, KvTransfer::SendToRemote),
+        PdPhase::Decode { .. } => slot.core.set_kv_transfer(h, KvTransfer::LoadFromRemote),
+    }
     if slot.tracked.len() <= h.index() {
         slot.tracked.resize_with(h.index() + 1, || None);
         slot.tracked_cold.resize_with(h.index() + 1, || None);
@@ -458,7 +572,16 @@ fn admit(
         ..DecodeState::default()
     };
     slot.tracked[h.index()] = Some(Tracked {
-        times: RequestTimes::new(spec.arrival_time_s, add_s),
+        times: {
+            let mut times = RequestTimes::new(arrival_s, add_s);
+            if let PdPhase::Decode {
+                client_arrival_s, ..
+            } = pd
+            {
+                times.client_arrival_s = client_arrival_s;
+            }
+            times
+        },
         keeps_outputs,
     });
     slot.tracked_cold[h.index()] = Some(TrackedCold {
@@ -468,10 +591,14 @@ fn admit(
             Vec::new()
         },
         spec,
+        pd,
+        handoff_prompt,
+        handoff_max_tokens,
     });
     if !slot.core.has_work() || slot.clock_s < add_s {
         slot.clock_s = slot.clock_s.max(add_s);
     }
+    slot.blocked = false;
     slot.num_in_system += 1;
     true
 }
@@ -629,7 +756,21 @@ fn step_engine(
                         e2e_s: e2e_end - tr.times.arrival_s,
                     },
                 );
-                workload.on_finished(&cold.spec, Some(&cold.outputs), e2e_end);
+                if cold.pd == PdPhase::Prefill {
+                    // The proxy has the prefill's answer: the client's request goes on to a
+                    // decode instance; the client has seen nothing yet.
+                    let mut spec = cold.spec;
+                    spec.prompt_token_ids = cold.handoff_prompt;
+                    spec.max_tokens = cold.handoff_max_tokens;
+                    slot.handoffs.push(Handoff {
+                        spec,
+                        t_s: e2e_end,
+                        prefill_engine: engine,
+                        prefill_handle: o.handle,
+                    });
+                } else {
+                    workload.on_finished(&cold.spec, Some(&cold.outputs), e2e_end);
+                }
             }
         }
         if let Some((v, n)) = itl_run {
@@ -651,5 +792,10 @@ fn step_engine(
     if report.idle {
         slot.clock_s = t;
     }
+    slot.blocked = report.scheduled
+        && !report.model_executed
+        && !slot.core.has_in_flight_tokens()
+        && sample.num_outputs == 0
+        && slot.core.scheduler().has_pending_kv_transfers();
     finished
 }

@@ -214,6 +214,21 @@ const FLEET_ARGS: &[(&str, &str, &str)] = &[
         "autoscale: GB/s a new pod loads weights at (default 1; --preload: 25)",
     ),
     (
+        "pd",
+        "P:D",
+        "P/D disaggregation: P prefill and D decode replicas, the KV pulled between them (NIXL)",
+    ),
+    (
+        "kv-transfer-gbps",
+        "GBPS",
+        "P/D: GB/s of the KV link per GPU (default 50: a 400 Gb/s NIC)",
+    ),
+    (
+        "kv-transfer-latency",
+        "DURATION",
+        "P/D: fixed cost of one KV pull (default 1ms)",
+    ),
+    (
         "prefix-scorer-weight",
         "W",
         "prefix-aware: weight of the cached-prefix score (llm-d default 3)",
@@ -264,6 +279,10 @@ pub struct FleetArgs {
     pub autoscale: Option<String>,
     pub weight_load_gbps: f64,
     pub preload: bool,
+    /// `--pd P:D`: prefill and decode replicas.
+    pub pd: Option<(usize, usize)>,
+    pub kv_transfer_gbps: f64,
+    pub kv_transfer_latency_s: f64,
 }
 
 /// The fleet flags from parsed matches (flags the command does not define read as absent).
@@ -290,6 +309,75 @@ pub fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError>
         .map(|v| v.parse().map_err(|e: String| cfg_err("--router", e)))
         .transpose()?;
     let replica_spec = get("replica-spec").map(str::to_string);
+    let pd = get("pd")
+        .map(|v| {
+            let bad = || {
+                cfg_err(
+                    "--pd",
+                    format!("{v:?}: give prefill and decode replicas as P:D, e.g. 1:3"),
+                )
+            };
+            let (p, d) = v.split_once(':').ok_or_else(bad)?;
+            let p: usize = p.trim().parse().map_err(|_| bad())?;
+            let d: usize = d.trim().parse().map_err(|_| bad())?;
+            if p == 0 || d == 0 {
+                return Err(cfg_err(
+                    "--pd",
+                    format!("{v}: each of the prefill and decode pools needs at least 1 replica"),
+                ));
+            }
+            if p + d > crate::fleet::MAX_REPLICAS {
+                return Err(cfg_err(
+                    "--pd",
+                    format!(
+                        "{v}: at most {} replicas in all",
+                        crate::fleet::MAX_REPLICAS
+                    ),
+                ));
+            }
+            Ok((p, d))
+        })
+        .transpose()?;
+    let kv_transfer_gbps = match get("kv-transfer-gbps") {
+        None => crate::fleet::KvLink::DEFAULT_GBYTES_PER_S,
+        Some(v) => {
+            let x: f64 = num("--kv-transfer-gbps", v)?;
+            if !x.is_finite() || !(0.01..=10_000.0).contains(&x) {
+                return Err(cfg_err(
+                    "--kv-transfer-gbps",
+                    format!("{v}: between 0.01 and 10000 GB/s"),
+                ));
+            }
+            x
+        }
+    };
+    let kv_transfer_latency_s = match get("kv-transfer-latency") {
+        None => crate::fleet::KvLink::DEFAULT_LATENCY_S,
+        Some(v) => {
+            let x = parse_duration_s("--kv-transfer-latency", v)?;
+            if x > 60.0 {
+                return Err(cfg_err(
+                    "--kv-transfer-latency",
+                    format!("{v}: at most 60s"),
+                ));
+            }
+            x
+        }
+    };
+    for (given, flag) in [
+        (get("kv-transfer-gbps").is_some(), "--kv-transfer-gbps"),
+        (
+            get("kv-transfer-latency").is_some(),
+            "--kv-transfer-latency",
+        ),
+    ] {
+        if given && pd.is_none() && replica_spec.is_none() {
+            return Err(cfg_err(
+                flag,
+                "applies to P/D disaggregation (--pd or pool roles)",
+            ));
+        }
+    }
     let autoscale = get("autoscale").map(str::to_string);
     let preload = m.try_get_one::<bool>("preload").ok().flatten() == Some(&true);
     let weight_load_gbps = match get("weight-load-gbps") {
@@ -334,7 +422,12 @@ pub fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError>
             weight_given = Some(flag);
         }
     }
-    if replicas.is_none() && kind.is_none() && replica_spec.is_none() && autoscale.is_none() {
+    if replicas.is_none()
+        && kind.is_none()
+        && replica_spec.is_none()
+        && autoscale.is_none()
+        && pd.is_none()
+    {
         if let Some(flag) = weight_given {
             return Err(cfg_err(
                 &format!("--{flag}"),
@@ -350,6 +443,12 @@ pub fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError>
             format!("applies to --router prefix-aware, not {kind}"),
         ));
     }
+    if pd.is_some() && (replicas.is_some() || replica_spec.is_some()) {
+        return Err(cfg_err(
+            "--pd",
+            "give --pd P:D, or --replicas, or --replica-spec (with pool roles), not two",
+        ));
+    }
     if replicas.is_some() && replica_spec.is_some() {
         return Err(cfg_err(
             "--replicas",
@@ -363,6 +462,9 @@ pub fn fleet_from_matches(m: &ArgMatches) -> Result<Option<FleetArgs>, SimError>
         autoscale,
         weight_load_gbps,
         preload,
+        pd,
+        kv_transfer_gbps,
+        kv_transfer_latency_s,
     }))
 }
 

@@ -329,6 +329,11 @@ pub fn scheduler_stats(
                 num_accepted_tokens_per_pos: sd.num_accepted_tokens_per_pos.clone(),
                 num_draft_tokens_per_pos: sd.num_draft_tokens_per_pos.clone(),
             }),
+        num_kv_fetch_reqs_by_stage: ms::KvFetchStage::ALL
+            .iter()
+            .zip(st.num_kv_fetch_reqs_by_stage)
+            .map(|(&stage, n)| (stage, n as u64))
+            .collect(),
         ..Default::default()
     }
 }
@@ -358,6 +363,7 @@ pub fn metrics_config(
         engine_indexes: (0..num_engines as u32).collect(),
         kv_cache_metrics,
         num_speculative_tokens: (s.num_speculative_tokens > 0).then_some(s.num_speculative_tokens),
+        kv_consumer: startup.kv_connector,
         cache_config,
         ..MetricsConfig::default()
     }

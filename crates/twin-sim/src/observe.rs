@@ -39,6 +39,9 @@ pub struct ReplicaUp<'a> {
     /// Its engines' global indexes (the `engine` of the other calls), DP rank order.
     pub engines: std::ops::Range<usize>,
     pub t_s: f64,
+    /// It answers the clients (false for a P/D prefill pool, whose requests are the
+    /// proxy's: their one-token answers are never a client's).
+    pub serves_clients: bool,
 }
 
 pub struct FinishedRequest<'a> {

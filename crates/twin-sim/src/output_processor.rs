@@ -19,6 +19,9 @@ use twin_metrics::stats as ms;
 #[derive(Clone, Debug, Default)]
 pub struct RequestTimes {
     pub arrival_s: f64,
+    /// When the client sent it: `arrival_s`, except for the decode half of a P/D request,
+    /// which reached this frontend from the proxy after its prefill elsewhere.
+    pub client_arrival_s: f64,
     pub queued_s: f64,
     pub scheduled_s: Option<f64>,
     pub first_token_s: Option<f64>,
@@ -53,6 +56,7 @@ impl RequestTimes {
     pub fn new(arrival_s: f64, queued_s: f64) -> Self {
         RequestTimes {
             arrival_s,
+            client_arrival_s: arrival_s,
             queued_s,
             ..Default::default()
         }

@@ -10,7 +10,7 @@ use twin_engine::FinishReason;
 use twin_workload::RequestSpec;
 
 use crate::driver::RequestTimes;
-use crate::observe::{FinishedRequest, Observer, StepSample};
+use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
 use crate::quantiles::LogHistogram;
 
 /// Service-level objectives for goodput (a request meets them all or it does not count).
@@ -81,6 +81,8 @@ pub struct ReportBuilder {
     first_arrival_s: Option<f64>,
     last_event_s: f64,
     seconds: Vec<SecondRow>,
+    /// Engines whose requests are not the clients' (a P/D prefill pool), by index.
+    internal_engines: Vec<bool>,
 }
 
 fn second(rows: &mut Vec<SecondRow>, t: f64) -> &mut SecondRow {
@@ -96,15 +98,22 @@ fn second(rows: &mut Vec<SecondRow>, t: f64) -> &mut SecondRow {
 }
 
 impl Observer for ReportBuilder {
-    fn on_first_token(&mut self, _engine: usize, times: &RequestTimes, frontend_s: f64, _n: usize) {
-        let ttft = frontend_s - times.arrival_s;
+    fn on_first_token(&mut self, engine: usize, times: &RequestTimes, frontend_s: f64, _n: usize) {
+        if self.is_internal(engine) {
+            return;
+        }
+        // The client's TTFT: a P/D request's prefill instance and KV transfer included.
+        let ttft = frontend_s - times.client_arrival_s;
         self.ttft.record(ttft);
         let row = second(&mut self.seconds, frontend_s);
         row.ttft_mean_s += ttft;
         row.ttft_n += 1;
     }
 
-    fn on_inter_tokens(&mut self, _engine: usize, itl_s: f64, count: usize, t_s: f64) {
+    fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, t_s: f64) {
+        if self.is_internal(engine) {
+            return;
+        }
         self.itl.record_n(itl_s, count as u64);
         let row = second(&mut self.seconds, t_s);
         row.itl_mean_s += itl_s * count as f64;
@@ -112,11 +121,16 @@ impl Observer for ReportBuilder {
         row.itl_max_s = row.itl_max_s.max(itl_s);
     }
 
-    fn on_finished(&mut self, _engine: usize, r: &FinishedRequest<'_>) {
+    fn on_finished(&mut self, engine: usize, r: &FinishedRequest<'_>) {
+        if self.is_internal(engine) {
+            return;
+        }
         let t = r.times;
+        // Client-side end to end: from the client's send, not this frontend's arrival.
+        let e2e_s = r.e2e_s + (t.arrival_s - t.client_arrival_s);
         self.finished += 1;
         *self.finish.entry(r.finish_reason.as_str()).or_insert(0) += 1;
-        self.e2e.record(r.e2e_s);
+        self.e2e.record(e2e_s);
         self.prompt_len.record(r.num_prompt_tokens as f64);
         self.output_len.record(t.num_generation_tokens as f64);
         self.prompt_tokens_total += r.num_prompt_tokens as u64;
@@ -136,13 +150,13 @@ impl Observer for ReportBuilder {
         }
         let ttft = t
             .first_token_s
-            .map(|f| f + crate::driver::frontend::DETOKENIZE_S - t.arrival_s);
+            .map(|f| f + crate::driver::frontend::DETOKENIZE_S - t.client_arrival_s);
         let ok = r.finish_reason != FinishReason::Abort
             && self.slo.ttft_s.is_none_or(|s| ttft.is_some_and(|x| x <= s))
             && self.slo.tpot_s.is_none_or(|s| tpot.unwrap_or(0.0) <= s)
-            && self.slo.e2e_s.is_none_or(|s| r.e2e_s <= s);
+            && self.slo.e2e_s.is_none_or(|s| e2e_s <= s);
         self.goodput_ok += u64::from(ok);
-        let end = t.arrival_s + r.e2e_s;
+        let end = t.client_arrival_s + e2e_s;
         second(&mut self.seconds, end).requests_finished += 1;
         self.last_event_s = self.last_event_s.max(end);
     }
@@ -151,6 +165,15 @@ impl Observer for ReportBuilder {
         self.rejected += 1;
         *self.finish.entry("rejected_prompt_too_long").or_insert(0) += 1;
         self.first_arrival_s.get_or_insert(req.arrival_time_s);
+    }
+
+    fn on_replica_up(&mut self, up: &ReplicaUp<'_>) {
+        if !up.serves_clients {
+            if self.internal_engines.len() < up.engines.end {
+                self.internal_engines.resize(up.engines.end, false);
+            }
+            self.internal_engines[up.engines.clone()].fill(true);
+        }
     }
 
     fn on_step(&mut self, _engine: usize, s: &StepSample) {
@@ -176,12 +199,16 @@ impl Observer for ReportBuilder {
             row.prompt_tokens += s.num_prefill_tokens as u64;
         }
         if let Some(st) = &s.stats {
-            self.kv_usage_sum += st.kv_cache_usage;
+            let waiting = st.num_waiting_reqs + st.num_skipped_waiting_reqs;
+            // Means are over the steps that ran tokens (their count is the divisor); a step
+            // that ran nothing (a P/D engine waiting on a transfer) counts toward peaks only.
+            if s.num_scheduled_tokens > 0 {
+                self.kv_usage_sum += st.kv_cache_usage;
+                self.waiting_sum += waiting as f64;
+            }
             self.kv_usage_max = self.kv_usage_max.max(st.kv_cache_usage);
             self.running_max = self.running_max.max(st.num_running_reqs);
-            let waiting = st.num_waiting_reqs + st.num_skipped_waiting_reqs;
             self.waiting_max = self.waiting_max.max(waiting);
-            self.waiting_sum += waiting as f64;
             self.prefix_queries += st.prefix_cache_stats.queries;
             self.prefix_hits += st.prefix_cache_stats.hits;
             row.kv_cache_usage_mean += st.kv_cache_usage;
@@ -272,6 +299,10 @@ pub struct Report {
 }
 
 impl ReportBuilder {
+    fn is_internal(&self, engine: usize) -> bool {
+        self.internal_engines.get(engine).copied().unwrap_or(false)
+    }
+
     pub fn new(slo: Slo) -> Self {
         ReportBuilder {
             slo,

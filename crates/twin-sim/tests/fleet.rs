@@ -16,6 +16,7 @@ fn fleet(args: &str, replicas: usize, kind: RouterKind) -> FleetConfig {
         pools: vec![Pool {
             name: "vllm".into(),
             replicas,
+            role: Default::default(),
             config: a.config.clone(),
             startup,
         }],
@@ -26,6 +27,7 @@ fn fleet(args: &str, replicas: usize, kind: RouterKind) -> FleetConfig {
         workload: a.config.workload.clone(),
         seed: a.config.seed,
         autoscale: None,
+        pd: None,
     }
 }
 
@@ -179,4 +181,99 @@ fn refusals_belong_to_the_replica_that_refused() {
     assert!(r.num_rejected > 10, "{}", r.num_rejected);
     assert_eq!(per, r.num_rejected);
     assert!(r.fleet.unwrap().replicas.iter().all(|x| x.num_rejected > 0));
+}
+
+/// A `simulate` command line's fleet (`--pd`, `--replicas` …) as the CLI builds it.
+fn fleet_from(args: &str) -> FleetConfig {
+    let argv = argv(args);
+    let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
+    let f = a.fleet.clone().expect("a fleet flag");
+    twin_sim::fleet::from_args(&argv, &a, &f, &|_| Err(String::new())).expect("fleet")
+}
+
+const PD_LOAD: &str = "--num-requests 600 --request-rate 6 --workload rag --seed 3";
+
+#[test]
+fn pd_prefills_on_one_pool_pulls_the_kv_and_decodes_on_the_other() {
+    let fc = fleet_from(&format!("{PD_LOAD} --pd 1:2"));
+    let r = run(&fc);
+    let fleet = r.fleet.as_ref().unwrap();
+    // The client sees each request once, finished by its decode instance.
+    assert_eq!(r.num_finished, 600);
+    assert_eq!(r.finish_reasons.get("length"), Some(&600));
+    let pd = fleet.pd.as_ref().expect("fleet.pd");
+    assert_eq!((pd.prefill_replicas, pd.decode_replicas), (1, 2));
+    assert_eq!(pd.num_transfers, 600, "one pull per request");
+    let rows = &fleet.replicas;
+    assert_eq!(rows[0].name, "prefill-0");
+    assert_eq!(
+        rows[0].num_finished, 600,
+        "every prompt was prefilled there"
+    );
+    assert_eq!(rows[1].num_finished + rows[2].num_finished, 600);
+    // The prefill instance answers the proxy with one token: no inter-token gaps there.
+    assert_eq!(rows[0].itl_s.count, 0);
+    // The client's TTFT holds the prefill, the pull and the decoder's first step: more than
+    // the prefill instance's own TTFT.
+    assert!(
+        r.ttft_s.p50 > rows[0].ttft_s.p50,
+        "client TTFT p50 {} vs prefill {}",
+        r.ttft_s.p50,
+        rows[0].ttft_s.p50
+    );
+    // Each pull moved the prompt's KV not already cached on the decoder.
+    assert!(pd.kv_bytes_total > 0.0 && pd.transfer_s_mean > pd.kv_link.latency_s);
+}
+
+#[test]
+fn pd_keeps_prefills_out_of_decode_steps() {
+    // RAG prompts (long) on three GPUs: colocated, a prefill chunk stalls every decode in its
+    // step; disaggregated, the decoders only decode.
+    let colocated = run(&fleet_from(&format!("{PD_LOAD} --replicas 3")));
+    let pd = run(&fleet_from(&format!("{PD_LOAD} --pd 1:2")));
+    assert!(
+        pd.itl_s.p99 < colocated.itl_s.p99 * 0.5,
+        "ITL p99: P/D {} vs colocated {}",
+        pd.itl_s.p99,
+        colocated.itl_s.p99
+    );
+    // The price: a transfer and a second queue before the first token.
+    assert!(pd.ttft_s.p50 > colocated.ttft_s.p50);
+}
+
+#[test]
+fn a_slower_kv_link_costs_ttft_not_itl() {
+    let fast = run(&fleet_from(&format!(
+        "{PD_LOAD} --pd 1:2 --kv-transfer-gbps 100"
+    )));
+    let slow = run(&fleet_from(&format!(
+        "{PD_LOAD} --pd 1:2 --kv-transfer-gbps 2 --kv-transfer-latency 5ms"
+    )));
+    assert!(
+        slow.ttft_s.mean > fast.ttft_s.mean + 0.02,
+        "TTFT mean {} vs {}",
+        slow.ttft_s.mean,
+        fast.ttft_s.mean
+    );
+    assert!((slow.itl_s.p50 - fast.itl_s.p50).abs() < 0.1 * fast.itl_s.p50);
+    // Same inputs, same bytes.
+    let again = run(&fleet_from(&format!(
+        "{PD_LOAD} --pd 1:2 --kv-transfer-gbps 2 --kv-transfer-latency 5ms"
+    )));
+    assert_eq!(
+        serde_json::to_string(&slow).unwrap(),
+        serde_json::to_string(&again).unwrap()
+    );
+}
+
+#[test]
+fn a_pd_fleet_under_memory_pressure_still_finishes_everything() {
+    // Tiny KV pools: prefills wait for their blocks to be read, decoders preempt and wait
+    // for room to start pulls; nothing deadlocks and nothing is lost.
+    let r = run(&fleet_from(
+        "--num-requests 800 --request-rate 40 --seed 4 --max-model-len 8192 \
+         --num-gpu-blocks-override 600 --pd 1:2",
+    ));
+    assert_eq!(r.num_finished + r.num_rejected, 800);
+    assert!(r.num_preemptions > 0, "the decoders were under pressure");
 }

@@ -81,6 +81,101 @@ fn bad_fleet_input_names_the_flag_file_line_and_field() {
         &["--replicas", "2", "--replica-spec", &zero],
         &["--replicas", "--replica-spec"],
     );
+    // P/D: a pool of zero, a malformed ratio, link flags without P/D, roles half given.
+    refused(&["--pd", "0:2"], &["--pd", "at least 1 replica"]);
+    refused(&["--pd", "3"], &["--pd", "P:D"]);
+    refused(&["--pd", "1:x"], &["--pd", "P:D"]);
+    refused(&["--pd", "1:1", "--replicas", "2"], &["--pd", "--replicas"]);
+    refused(
+        &["--kv-transfer-gbps", "10"],
+        &["--kv-transfer-gbps", "P/D"],
+    );
+    refused(
+        &["--pd", "1:1", "--kv-transfer-gbps", "-1"],
+        &["--kv-transfer-gbps"],
+    );
+    refused(
+        &["--pd", "1:1", "--kv-transfer-latency", "2h"],
+        &["--kv-transfer-latency"],
+    );
+    let one_role = tmp(
+        "onerole.yaml",
+        "pools:\n  - name: p\n    replicas: 1\n    role: prefill\n  - name: d\n    replicas: 1\n",
+    );
+    refused(&["--replica-spec", &one_role], &["decode pool"]);
+    let bad_role = tmp(
+        "badrole.yaml",
+        "pools:\n  - name: p\n    replicas: 1\n    role: encode\n",
+    );
+    refused(
+        &["--replica-spec", &bad_role],
+        &["badrole.yaml: pools[0].role", "prefill or decode"],
+    );
+}
+
+/// `--pd` through the binary: pool roles from a spec file give the same run as `--pd`, and
+/// every replica's /metrics has vLLM's KV-fetch gauge (a KV consumer's family) while a plain
+/// fleet's does not.
+#[test]
+fn pd_roles_in_a_spec_match_pd_and_export_the_kv_fetch_gauge() {
+    let spec = tmp(
+        "pd.yaml",
+        "pools:\n  - name: prefill\n    replicas: 1\n    role: prefill\n  - name: decode\n    replicas: 2\n    role: decode\n",
+    );
+    let dir = std::env::temp_dir().join(format!("twin-fleet-cli-{}", std::process::id()));
+    let prom = dir.join("pd.prom");
+    let load = [
+        "--num-requests",
+        "200",
+        "--request-rate",
+        "5",
+        "--seed",
+        "2",
+        "--json",
+    ];
+    let by_flag = simulate(
+        &[
+            &load[..],
+            &["--pd", "1:2", "--metrics-out", prom.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(
+        by_flag.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_flag.stderr)
+    );
+    let by_spec = simulate(&[&load[..], &["--replica-spec", &spec]].concat());
+    assert!(
+        by_spec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_spec.stderr)
+    );
+    let a: Value = serde_json::from_slice(&by_flag.stdout).unwrap();
+    let b: Value = serde_json::from_slice(&by_spec.stdout).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a["fleet"]["pd"]["num_transfers"], 200);
+    let text = std::fs::read_to_string(&prom).unwrap();
+    for pod in ["prefill-0", "decode-0", "decode-1"] {
+        assert!(
+            text.contains(&format!(
+                "vllm:num_requests_kv_fetch_by_stage{{engine=\"0\",instance=\"{pod}:8000\""
+            )),
+            "{pod}"
+        );
+    }
+    let plain = dir.join("plain.prom");
+    let out = simulate(
+        &[
+            &load[..],
+            &["--replicas", "2", "--metrics-out", plain.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(out.status.success());
+    assert!(!std::fs::read_to_string(&plain)
+        .unwrap()
+        .contains("kv_fetch_by_stage"));
 }
 
 /// The seed's "4 × TP1 beats 1 × TP4 when the model fits": the same four GPUs, the same

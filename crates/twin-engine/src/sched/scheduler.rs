@@ -132,6 +132,8 @@ pub struct Scheduler {
     kv_fetch_counts: [usize; 3],
     /// Loads started and not yet reported finished (the engine sleeps on them).
     num_parked_loads: usize,
+    /// Finished requests whose blocks a transfer still holds.
+    num_pinned: usize,
     /// Loads started since the caller last took them: (request, tokens to load).
     started_loads: Vec<(ReqHandle, usize)>,
     running: Vec<ReqHandle>,
@@ -181,6 +183,7 @@ impl Scheduler {
             kv_holding: RequestQueue::new(config.policy == SchedulingPolicy::Priority),
             kv_fetch_counts: [0; 3],
             num_parked_loads: 0,
+            num_pinned: 0,
             started_loads: Vec::new(),
             cache_aware_window: if config.policy == SchedulingPolicy::Fcfs
                 && config.enable_prefix_caching
@@ -351,6 +354,12 @@ impl Scheduler {
         }
     }
 
+    /// A KV transfer holds blocks here: a load not yet landed, or a finished request's
+    /// blocks not yet read. What it frees or brings may unblock a step that did nothing.
+    pub fn has_pending_kv_transfers(&self) -> bool {
+        self.num_parked_loads > 0 || self.num_pinned > 0
+    }
+
     /// Requests with an async KV load, by stage (`KvFetchStage::ALL` order).
     pub fn kv_fetch_counts(&self) -> [usize; 3] {
         self.kv_fetch_counts
@@ -395,6 +404,7 @@ impl Scheduler {
     fn release_pinned_blocks(&mut self, h: ReqHandle) {
         if let Some(mut req) = self.requests.remove(h) {
             debug_assert!(req.kv_blocks_pinned);
+            self.num_pinned -= 1;
             self.kv.free(&mut req);
         }
     }
@@ -1386,6 +1396,7 @@ impl Scheduler {
             && !r.block_ids.is_empty();
         if load_in_flight || send {
             r.kv_blocks_pinned = true;
+            self.num_pinned += 1;
             if load_in_flight {
                 self.num_parked_loads -= 1;
             }
@@ -1452,6 +1463,7 @@ impl Scheduler {
             );
         }
         let num_pinned = self.requests.iter().filter(|r| r.kv_blocks_pinned).count();
+        assert_eq!(num_pinned, self.num_pinned, "pinned requests miscounted");
         assert_eq!(
             self.running.len() + self.waiting.len() + self.kv_holding.len() + num_pinned,
             self.requests.len(),

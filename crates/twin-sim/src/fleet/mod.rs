@@ -10,12 +10,13 @@ pub mod report;
 pub mod router;
 pub mod spec;
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
-use twin_engine::KvEvents;
+use twin_engine::{KvEvents, ReqHandle};
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
-use crate::driver::{pick_engine, run_loop, Dispatch, EngineSlot, Engines};
+use crate::driver::{pick_engine, run_loop, Dispatch, EngineSlot, Engines, Handoff, PdPhase};
 use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
 use crate::report::{Report, ReportBuilder, Slo};
 use crate::{RequestTimes, SimConfig, SimError, Startup};
@@ -32,6 +33,8 @@ pub const MAX_REPLICAS: usize = 1024;
 pub struct Pool {
     pub name: String,
     pub replicas: usize,
+    /// Its part in P/D disaggregation (`--pd`, or a spec pool's `role`).
+    pub role: PoolRole,
     /// The engine side of the pool's flags (its `workload` is unused: traffic is fleet-wide).
     pub config: SimConfig,
     pub startup: Startup,
@@ -44,6 +47,44 @@ pub struct FleetConfig {
     pub workload: WorkloadSpec,
     pub seed: u64,
     pub autoscale: Option<AutoscaleConfig>,
+    /// P/D disaggregation's KV link (`None`: every replica prefills and decodes).
+    pub pd: Option<KvLink>,
+}
+
+/// A pool's part in P/D disaggregation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolRole {
+    /// Prefill and decode (no disaggregation).
+    #[default]
+    Both,
+    /// Takes the clients' requests from the proxy with `max_tokens=1` and
+    /// `do_remote_decode`; its KV is read by a decode instance.
+    Prefill,
+    /// Gets each request after its prefill, with `do_remote_prefill`: pulls the prompt's KV
+    /// and decodes.
+    Decode,
+}
+
+/// The KV transfer link between prefill and decode instances (NIXL over RDMA).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct KvLink {
+    /// Per GPU: each TP rank of the decoder reads its shard from its peer in parallel.
+    pub gbytes_per_s: f64,
+    /// Per transfer: NIXL's handshake, descriptor set-up and completion notification.
+    pub latency_s: f64,
+}
+
+impl KvLink {
+    /// 400 Gb/s (an NDR InfiniBand or RoCE NIC per GPU, as in llm-d's P/D guides).
+    pub const DEFAULT_GBYTES_PER_S: f64 = 50.0;
+    /// One RDMA read round plus NIXL's notification.
+    pub const DEFAULT_LATENCY_S: f64 = 0.001;
+
+    /// How long pulling `bytes` takes.
+    pub fn transfer_s(&self, bytes: f64) -> f64 {
+        self.latency_s + bytes / (self.gbytes_per_s * 1e9)
+    }
 }
 
 /// `--autoscale`: the control loop and what a new pod costs to start.
@@ -149,6 +190,43 @@ impl FleetConfig {
                 ));
             }
         }
+        let roles: Vec<PoolRole> = self.pools.iter().map(|p| p.role).collect();
+        if self.pd.is_some() || roles.iter().any(|&r| r != PoolRole::Both) {
+            for (role, name) in [(PoolRole::Prefill, "prefill"), (PoolRole::Decode, "decode")] {
+                if !roles.contains(&role) {
+                    return Err(err(
+                        "--pd",
+                        format!("P/D disaggregation needs a {name} pool with at least 1 replica"),
+                    ));
+                }
+            }
+            if roles.contains(&PoolRole::Both) {
+                return Err(err(
+                    "--replica-spec",
+                    "with P/D every pool has a role (prefill or decode)".into(),
+                ));
+            }
+            if self.pd.is_none() {
+                return Err(err("--pd", "P/D pools need the KV link (--pd)".into()));
+            }
+            if self.autoscale.is_some() {
+                return Err(err(
+                    "--autoscale",
+                    "autoscaling a P/D fleet is not modelled yet".into(),
+                ));
+            }
+            let models: Vec<&str> = self
+                .pools
+                .iter()
+                .map(|p| p.config.model.name.as_str())
+                .collect();
+            if models.windows(2).any(|w| w[0] != w[1]) {
+                return Err(err(
+                    "--replica-spec",
+                    format!("P/D moves one model's KV between pools, but they serve {models:?}"),
+                ));
+            }
+        }
         let n = self.num_replicas();
         if n > MAX_REPLICAS {
             return Err(err(
@@ -214,6 +292,7 @@ pub struct FleetOutcome {
     pub replicas: Vec<ReplicaOutcome>,
     /// Replicas in service over time: `(t_s, n)` at the start and at every change.
     pub replica_count: Vec<(f64, usize)>,
+    pub pd: Option<report::PdSummary>,
 }
 
 /// Per-replica metrics options (the `--metrics-out` / `--scrapes-out` of a fleet).
@@ -253,6 +332,11 @@ struct PoolRuntime {
     name: String,
     config: SimConfig,
     startup: Startup,
+    role: PoolRole,
+    /// Whether its answers reach the clients (not a P/D prefill pool's).
+    serves_clients: bool,
+    /// KV bytes per token on one GPU of it (what one NIC moves per token).
+    kv_bytes_per_token: f64,
     /// Replicas created so far (pod names count up, as a StatefulSet's would).
     created: usize,
 }
@@ -277,6 +361,34 @@ struct FleetDispatch {
     router: Router,
     state: FleetState,
     autoscale: Option<AutoscaleLoop>,
+    pd: Option<PdLoop>,
+}
+
+/// The P/D proxy's part of the loop: prefills handed off to decode instances, and the KV
+/// transfers in flight.
+struct PdLoop {
+    link: KvLink,
+    /// Finished prefills by time (then order), waiting to go to a decode instance.
+    handoffs: BinaryHeap<Reverse<(crate::driver::TimeKey, u64)>>,
+    handoff_slots: std::collections::HashMap<u64, Handoff>,
+    /// KV loads by completion time (then order).
+    transfers: BinaryHeap<Reverse<(crate::driver::TimeKey, u64)>>,
+    transfer_slots: std::collections::HashMap<u64, Transfer>,
+    next_seq: u64,
+    /// Scratch for the engines' started loads.
+    started: Vec<(ReqHandle, usize)>,
+    /// Seconds of KV transfer, and bytes, over the run (the report's P/D summary).
+    transfer_s_total: f64,
+    transfer_bytes_total: f64,
+    num_transfers: u64,
+}
+
+/// One KV pull: the decoder's request and the prefill's it reads.
+struct Transfer {
+    decode_engine: usize,
+    decode_handle: ReqHandle,
+    prefill_engine: usize,
+    prefill_handle: ReqHandle,
 }
 
 /// What the router reads: the replicas and which are in service.
@@ -352,6 +464,7 @@ impl FleetState {
             name: &self.names[r],
             engines: rep.engines.clone(),
             t_s,
+            serves_clients: self.pools[rep.pool].serves_clients,
         });
         self.count_changed(t_s);
     }
@@ -376,6 +489,22 @@ impl FleetState {
         }
     }
 
+    /// Serving replicas whose pool has `role`... or, for `Both`, any client-facing one.
+    fn in_service_for(&self, decode: bool) -> Vec<usize> {
+        self.in_service
+            .iter()
+            .copied()
+            .filter(|&r| {
+                let role = self.pools[self.replicas[r].pool].role;
+                if decode {
+                    role == PoolRole::Decode
+                } else {
+                    role != PoolRole::Decode
+                }
+            })
+            .collect()
+    }
+
     /// Replicas of `pool` in the Deployment's spec: starting or serving.
     fn spec_replicas(&self, pool: usize) -> usize {
         self.replicas
@@ -391,18 +520,139 @@ impl FleetState {
     }
 }
 
-impl Dispatch for FleetDispatch {
-    fn route(&mut self, spec: &RequestSpec, engines: &Engines) -> usize {
+impl FleetDispatch {
+    /// The router's pick among `candidates`, then vLLM's DP balancer inside the replica.
+    fn route_among(
+        &mut self,
+        spec: &RequestSpec,
+        candidates: &[usize],
+        engines: &Engines,
+    ) -> usize {
         let state = &self.state;
         let r = self
             .router
-            .route(spec, &state.in_service, &state.names, &|r| {
-                state.load(engines, r)
-            });
+            .route(spec, candidates, &state.names, &|r| state.load(engines, r));
         pick_engine(&engines.slots, state.replicas[r].engines.clone())
     }
 
-    fn after_step(&mut self, e: usize, slot: &mut EngineSlot) {
+    /// Take engine `e`'s finished prefills and started KV loads (P/D).
+    fn collect_pd(&mut self, e: usize, slot: &mut EngineSlot, t_s: f64) {
+        let Some(pd) = self.pd.as_mut() else {
+            return;
+        };
+        for h in slot.handoffs.drain(..) {
+            let seq = pd.next_seq;
+            pd.next_seq += 1;
+            pd.handoffs
+                .push(Reverse((crate::driver::TimeKey(h.t_s), seq)));
+            pd.handoff_slots.insert(seq, h);
+        }
+        slot.core_mut().take_started_kv_loads(&mut pd.started);
+        if pd.started.is_empty() {
+            return;
+        }
+        let pool = self.state.replicas[self.state.engine_replica[e]].pool;
+        let bytes_per_token = self.state.pools[pool].kv_bytes_per_token;
+        for &(h, num_tokens) in &pd.started {
+            let PdPhase::Decode {
+                prefill_engine,
+                prefill_handle,
+                ..
+            } = slot.pd_phase(h)
+            else {
+                continue;
+            };
+            // The worker starts reading when the step that admitted the load runs.
+            let bytes = bytes_per_token * num_tokens as f64;
+            let dt = pd.link.transfer_s(bytes);
+            pd.transfer_s_total += dt;
+            pd.transfer_bytes_total += bytes;
+            pd.num_transfers += 1;
+            let seq = pd.next_seq;
+            pd.next_seq += 1;
+            pd.transfers
+                .push(Reverse((crate::driver::TimeKey(t_s + dt), seq)));
+            pd.transfer_slots.insert(
+                seq,
+                Transfer {
+                    decode_engine: e,
+                    decode_handle: h,
+                    prefill_engine,
+                    prefill_handle,
+                },
+            );
+        }
+    }
+
+    /// KV pulls that landed by `t_s`: the decoder's request can run (`finished_recving`),
+    /// the prefill's blocks go back (`finished_sending`).
+    fn land_transfers(&mut self, t_s: f64, engines: &mut Engines) {
+        let Some(pd) = self.pd.as_mut() else {
+            return;
+        };
+        while let Some(&Reverse((crate::driver::TimeKey(done_s), seq))) = pd.transfers.peek() {
+            if done_s > t_s {
+                break;
+            }
+            pd.transfers.pop();
+            let tr = pd.transfer_slots.remove(&seq).expect("a queued transfer");
+            let d = &mut engines.slots[tr.decode_engine];
+            d.core_mut().finish_kv_load(tr.decode_handle);
+            d.wake_at(done_s);
+            engines.requeue(tr.decode_engine);
+            let p = &mut engines.slots[tr.prefill_engine];
+            p.core_mut().finish_kv_send(tr.prefill_handle);
+            // Blocks came back: a prefill waiting for room can go.
+            p.wake_at(done_s);
+            engines.requeue(tr.prefill_engine);
+        }
+    }
+}
+
+impl Dispatch for FleetDispatch {
+    fn route(&mut self, spec: &RequestSpec, engines: &Engines) -> usize {
+        let candidates = if self.pd.is_some() {
+            self.state.in_service_for(false)
+        } else {
+            std::mem::take(&mut self.state.in_service)
+        };
+        let e = self.route_among(spec, &candidates, engines);
+        if self.pd.is_none() {
+            self.state.in_service = candidates;
+        }
+        e
+    }
+
+    fn phase_of_arrival(&self, e: usize) -> PdPhase {
+        let pool = self.state.replicas[self.state.engine_replica[e]].pool;
+        if self.state.pools[pool].role == PoolRole::Prefill {
+            PdPhase::Prefill
+        } else {
+            PdPhase::Whole
+        }
+    }
+
+    fn next_internal_arrival_s(&self) -> Option<f64> {
+        let pd = self.pd.as_ref()?;
+        pd.handoffs.peek().map(|Reverse((t, _))| t.0)
+    }
+
+    fn pop_internal_arrival(&mut self, engines: &Engines) -> Option<(RequestSpec, usize, PdPhase)> {
+        let pd = self.pd.as_mut()?;
+        let Reverse((_, seq)) = pd.handoffs.pop()?;
+        let h = pd.handoff_slots.remove(&seq).expect("a queued handoff");
+        let candidates = self.state.in_service_for(true);
+        let e = self.route_among(&h.spec, &candidates, engines);
+        let phase = PdPhase::Decode {
+            client_arrival_s: h.spec.arrival_time_s,
+            prefill_engine: h.prefill_engine,
+            prefill_handle: h.prefill_handle,
+        };
+        Some((h.spec, e, phase))
+    }
+
+    fn after_step(&mut self, e: usize, slot: &mut EngineSlot, t_s: f64) {
+        self.collect_pd(e, slot, t_s);
         let r = self.state.engine_replica[e];
         if let Some(index) = self.router.index.as_mut() {
             let events = &mut self.state.events;
@@ -415,9 +665,18 @@ impl Dispatch for FleetDispatch {
     }
 
     fn next_timer_s(&self) -> Option<f64> {
-        let a = self.autoscale.as_ref()?;
-        let ready = a.pending.front().map_or(f64::INFINITY, |p| p.0);
-        Some(a.next_scrape_s.min(a.next_sync_s).min(ready))
+        let transfer = self
+            .pd
+            .as_ref()
+            .and_then(|pd| pd.transfers.peek().map(|Reverse((t, _))| t.0));
+        let autoscale = self.autoscale.as_ref().map(|a| {
+            let ready = a.pending.front().map_or(f64::INFINITY, |p| p.0);
+            a.next_scrape_s.min(a.next_sync_s).min(ready)
+        });
+        match (transfer, autoscale) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn on_timer(
@@ -426,6 +685,7 @@ impl Dispatch for FleetDispatch {
         engines: &mut Engines,
         observer: &mut dyn Observer,
     ) -> Result<(), SimError> {
+        self.land_transfers(t_s, engines);
         let Some(a) = self.autoscale.as_mut() else {
             return Ok(());
         };
@@ -545,13 +805,38 @@ pub fn from_args(
             let specs = spec::parse_replica_spec(path, &file("--replica-spec", path)?)?;
             spec::build_pools(path, &specs, args, read_file)?
         }
-        None => vec![Pool {
-            name: "vllm".into(),
-            replicas: fleet.replicas.unwrap_or(1),
-            config: sim.config.clone(),
-            startup: crate::startup(&sim.config)?,
-        }],
+        None => match fleet.pd {
+            Some((p, d)) => {
+                let startup = crate::startup(&sim.config)?;
+                [
+                    ("prefill", p, PoolRole::Prefill),
+                    ("decode", d, PoolRole::Decode),
+                ]
+                .into_iter()
+                .map(|(name, replicas, role)| Pool {
+                    name: name.into(),
+                    replicas,
+                    role,
+                    config: sim.config.clone(),
+                    startup: startup.clone(),
+                })
+                .collect()
+            }
+            None => vec![Pool {
+                name: "vllm".into(),
+                replicas: fleet.replicas.unwrap_or(1),
+                role: PoolRole::Both,
+                config: sim.config.clone(),
+                startup: crate::startup(&sim.config)?,
+            }],
+        },
     };
+    let disaggregated = pools.iter().any(|p| p.role != PoolRole::Both);
+    let mut pools = pools;
+    for p in &mut pools {
+        // vLLM's P/D examples start both sides with `kv_role: kv_both`.
+        p.startup.kv_connector = p.role != PoolRole::Both;
+    }
     let autoscale = match &fleet.autoscale {
         None => None,
         Some(path) => {
@@ -583,6 +868,10 @@ pub fn from_args(
         workload: sim.config.workload.clone(),
         seed: sim.config.seed,
         autoscale,
+        pd: disaggregated.then_some(KvLink {
+            gbytes_per_s: fleet.kv_transfer_gbps,
+            latency_s: fleet.kv_transfer_latency_s,
+        }),
     };
     fc.validate()?;
     Ok(fc)
@@ -622,6 +911,9 @@ pub fn run_fleet(
                 name: p.name.clone(),
                 config: p.config.clone(),
                 startup: p.startup.clone(),
+                role: p.role,
+                serves_clients: p.role != PoolRole::Prefill,
+                kv_bytes_per_token: p.startup.plan.kv_bytes_per_token() as f64,
                 created: 0,
             })
             .collect(),
@@ -641,6 +933,7 @@ pub fn run_fleet(
         slo,
         metrics: metrics.cloned(),
     };
+    let pd_summary;
     let mut initial = Vec::new();
     for (pool, p) in fleet.pools.iter().enumerate() {
         let n = match &fleet.autoscale {
@@ -669,8 +962,38 @@ pub fn run_fleet(
             router,
             state,
             autoscale,
+            pd: fleet.pd.map(|link| PdLoop {
+                link,
+                handoffs: BinaryHeap::new(),
+                handoff_slots: Default::default(),
+                transfers: BinaryHeap::new(),
+                transfer_slots: Default::default(),
+                next_seq: 0,
+                started: Vec::new(),
+                transfer_s_total: 0.0,
+                transfer_bytes_total: 0.0,
+                num_transfers: 0,
+            }),
         };
         run_loop(&mut workload, &mut engines, &mut dispatch, &mut tee)?;
+        pd_summary = dispatch.pd.as_ref().map(|pd| {
+            let count = |role| {
+                fleet
+                    .pools
+                    .iter()
+                    .filter(|p| p.role == role)
+                    .map(|p| p.replicas)
+                    .sum()
+            };
+            report::PdSummary {
+                prefill_replicas: count(PoolRole::Prefill),
+                decode_replicas: count(PoolRole::Decode),
+                kv_link: pd.link,
+                num_transfers: pd.num_transfers,
+                kv_bytes_total: pd.transfer_bytes_total,
+                transfer_s_mean: pd.transfer_s_total / pd.num_transfers.max(1) as f64,
+            }
+        });
         state = dispatch.state;
     }
     let replicas = per_replica
@@ -689,6 +1012,7 @@ pub fn run_fleet(
         router: fleet.router.kind,
         replicas,
         replica_count: state.replica_count,
+        pd: pd_summary,
     })
 }
 

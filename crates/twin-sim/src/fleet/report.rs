@@ -39,6 +39,22 @@ pub struct FleetReport {
     /// `--autoscale`: what scaled the fleet and what a new pod waited for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<AutoscaleSummary>,
+    /// P/D disaggregation: the KV link and what crossed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pd: Option<PdSummary>,
+}
+
+/// `fleet.pd` in the JSON report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PdSummary {
+    pub prefill_replicas: usize,
+    pub decode_replicas: usize,
+    pub kv_link: super::KvLink,
+    /// KV pulls (one per request a decode instance admitted; a preempted one recomputes).
+    pub num_transfers: u64,
+    pub kv_bytes_total: f64,
+    /// Mean time a pull took on the link.
+    pub transfer_s_mean: f64,
 }
 
 /// `fleet.autoscale` in the JSON report.
@@ -110,6 +126,7 @@ impl FleetReport {
                 .autoscale
                 .as_ref()
                 .map(|a| AutoscaleSummary::new(a, pool_names[a.pool], &outcome.replica_count)),
+            pd: outcome.pd.clone(),
         }
     }
 
@@ -123,6 +140,19 @@ impl FleetReport {
             self.router,
             self.prefix_cache_hit_rate * 100.0
         );
+        if let Some(pd) = &self.pd {
+            let _ = writeln!(
+                s,
+                "P/D: {} prefill + {} decode replicas; {} KV pulls, {:.2} GB in all, {:.2} ms each on average ({} GB/s, {} ms per pull)",
+                pd.prefill_replicas,
+                pd.decode_replicas,
+                pd.num_transfers,
+                pd.kv_bytes_total / 1e9,
+                pd.transfer_s_mean * 1e3,
+                pd.kv_link.gbytes_per_s,
+                pd.kv_link.latency_s * 1e3
+            );
+        }
         if let Some(a) = &self.autoscale {
             let peak = self.replica_count.iter().map(|c| c.1).max().unwrap_or(0);
             let _ = writeln!(

@@ -11,6 +11,9 @@
 //!     args: [--tensor-parallel-size, "4", --gpu, a100-80gb]
 //! ```
 //!
+//! A pool may take a `role` (`prefill` or `decode`) for P/D disaggregation: then every pool
+//! has one, and the prefill pools' KV reaches the decode pools over `--kv-transfer-gbps`.
+//!
 //! A pool's `args` are appended to the command line (argparse: the last value wins), so the
 //! model, GPU and flags given there are every pool's defaults. Traffic flags are fleet-wide:
 //! a pool that changes the workload is refused.
@@ -20,7 +23,7 @@ use serde::Deserialize;
 use crate::engine_args::parse_simulate_args;
 use crate::SimError;
 
-use super::{Pool, MAX_REPLICAS};
+use super::{Pool, PoolRole, MAX_REPLICAS};
 
 /// The flags that describe the fleet itself: never inside a pool's `args`.
 pub const FLEET_FLAGS: &[&str] = &[
@@ -33,6 +36,9 @@ pub const FLEET_FLAGS: &[&str] = &[
     "--prefix-scorer-weight",
     "--queue-scorer-weight",
     "--kv-cache-scorer-weight",
+    "--pd",
+    "--kv-transfer-gbps",
+    "--kv-transfer-latency",
 ];
 
 /// The largest replica-spec file read, in bytes.
@@ -53,6 +59,8 @@ struct PoolEntry {
     replicas: usize,
     #[serde(default)]
     args: Args,
+    #[serde(default)]
+    role: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +82,7 @@ pub struct PoolSpec {
     pub name: String,
     pub replicas: usize,
     pub args: Vec<String>,
+    pub role: PoolRole,
 }
 
 fn spec_err(path: &str, field: impl Into<String>, message: impl Into<String>) -> SimError {
@@ -179,10 +188,23 @@ pub fn parse_replica_spec(path: &str, text: &str) -> Result<Vec<PoolSpec>, SimEr
                 format!("{a} describes the fleet; give it on the command line, not in a pool"),
             ));
         }
+        let role = match p.role.as_deref() {
+            None => PoolRole::Both,
+            Some("prefill") => PoolRole::Prefill,
+            Some("decode") => PoolRole::Decode,
+            Some(other) => {
+                return Err(spec_err(
+                    path,
+                    field("role"),
+                    format!("{other:?}: prefill or decode (or no role: both)"),
+                ))
+            }
+        };
         out.push(PoolSpec {
             name: p.name,
             replicas: p.replicas,
             args,
+            role,
         });
     }
     Ok(out)
@@ -225,6 +247,7 @@ pub fn build_pools(
             Ok(Pool {
                 name: p.name.clone(),
                 replicas: p.replicas,
+                role: p.role,
                 config: parsed.config,
                 startup,
             })
