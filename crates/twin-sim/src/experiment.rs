@@ -274,6 +274,20 @@ fn fleet_rows() -> Vec<Row> {
             ],
         },
         Row {
+            // The seed's third remedy for a compute-bound deployment: a prefill chunk in a
+            // step stalls every decode in it; a decode pool never runs one.
+            flag: "--pd",
+            change: "3 colocated -> 1:2 P/D (RAG)",
+            workload: "--request-rate 8 --workload rag",
+            a: "--replicas 3",
+            b: "--pd 1:2",
+            claims: vec![Claim {
+                metric: "vllm:inter_token_latency_seconds (p99)",
+                read: |r| r.report.itl_s.p99,
+                seed_says: Direction::Down,
+            }],
+        },
+        Row {
             flag: "--tensor-parallel-size",
             change: "1 x TP4 -> 4 x TP1",
             workload: "--max-concurrency 1024",
