@@ -23,7 +23,7 @@ seed() { # seed TARGET FILE [MAX_LINES]
   if [ -n "${3:-}" ]; then head -n "$3" "$2" > "$dir/$(basename "$2")"; else cp "$2" "$dir/"; fi
 }
 for f in "$shared"/traces/*.csv "$shared"/traces/*.jsonl; do seed trace_reader "$f" 40; done
-for f in ../tests/fixtures/oracle/scenarios/*.json; do seed scenario_reader "$f"; done
+for f in ../tests/fixtures/oracle/scenarios/*.json ../tests/fixtures/oracle/pd/scenarios/*.json; do seed scenario_reader "$f"; done
 for f in "$shared"/reference/scrapes/*.prom "$shared"/reference/golden/*.prom "$shared"/reference/golden/*.openmetrics; do
   seed metrics_parser "$f" 300
 done

@@ -115,6 +115,8 @@ pub fn run_scenario(scn: &Scenario, out: &mut impl Write) -> std::io::Result<Run
                 },
                 step as f64,
             );
+            core.set_kv_transfer(h, r.kv_transfer);
+            worker.arrived(r, h);
             handles[i] = Some(h);
             index_of.insert(h, i);
             arrived.push(json!(r.id));

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use twin_engine::{SchedulerConfig, SchedulingPolicy};
+use twin_engine::{KvTransfer, SchedulerConfig, SchedulingPolicy};
 
 use crate::ScenarioError;
 
@@ -51,7 +51,15 @@ pub struct ResolvedRequest {
     pub prefix_group: Option<String>,
     pub cache_salt: Option<String>,
     pub spec_accept: Option<Vec<usize>>,
+    /// P/D (scripts/oracle_pd.py): the request's `kv_transfer_params` role, and how many
+    /// steps after its load starts (or it finishes) the worker reports the transfer done.
+    pub kv_transfer: KvTransfer,
+    pub kv_load_steps: u64,
+    pub kv_send_steps: u64,
 }
+
+/// The most steps a scenario's transfer may take.
+pub const MAX_KV_TRANSFER_STEPS: u64 = 1 << 20;
 
 /// A scenario ready to run.
 #[derive(Clone, Debug)]
@@ -117,6 +125,18 @@ fn as_bool(v: &Value, field: &str) -> Result<bool, ScenarioError> {
 fn as_f64(v: &Value, field: &str) -> Result<f64, ScenarioError> {
     v.as_f64()
         .ok_or_else(|| field_err(field, format!("expected a number, got {v}")))
+}
+
+/// `kv_load_steps` / `kv_send_steps`: default 1, bounded.
+fn transfer_steps(v: Option<&Value>, field: &str) -> Result<u64, ScenarioError> {
+    let n = opt_u64(v, field)?.unwrap_or(1);
+    if n > MAX_KV_TRANSFER_STEPS {
+        return Err(field_err(
+            field,
+            format!("{n}: at most {MAX_KV_TRANSFER_STEPS} steps"),
+        ));
+    }
+    Ok(n)
 }
 
 fn opt_u64(v: Option<&Value>, field: &str) -> Result<Option<u64>, ScenarioError> {
@@ -350,6 +370,17 @@ fn engine_config(eng: &Map<String, Value>) -> Result<SchedulerConfig, ScenarioEr
         num_speculative_tokens: usize_of("num_speculative_tokens")?,
         num_lookahead_tokens: 0,
         draft_slots: 0,
+        // scripts/oracle_pd.py: vLLM's NIXL connector, `kv_role: kv_both`.
+        kv_consumer: match eng.get("kv_connector") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(s)) if s == "nixl" => true,
+            Some(v) => {
+                return Err(field_err(
+                    "engine.kv_connector",
+                    format!("{v}: the twin models \"nixl\" (or none)"),
+                ))
+            }
+        },
         async_scheduling: as_bool(g("async_scheduling"), &f("async_scheduling"))?,
         pipeline_parallel_size: 1,
         kv_cache_metrics_sample: None,
@@ -480,6 +511,19 @@ fn resolve_requests(scn: &Map<String, Value>) -> Result<Vec<ResolvedRequest>, Sc
                 Some(x) => Some(x.to_string()),
             },
             spec_accept,
+            kv_transfer: match r.get("kv_transfer") {
+                None | Some(Value::Null) => KvTransfer::None,
+                Some(Value::String(s)) if s == "load_from_remote" => KvTransfer::LoadFromRemote,
+                Some(Value::String(s)) if s == "send_to_remote" => KvTransfer::SendToRemote,
+                Some(v) => {
+                    return Err(field_err(
+                        at("kv_transfer"),
+                        format!("{v}: expected \"load_from_remote\" or \"send_to_remote\""),
+                    ))
+                }
+            },
+            kv_load_steps: transfer_steps(r.get("kv_load_steps"), &at("kv_load_steps"))?,
+            kv_send_steps: transfer_steps(r.get("kv_send_steps"), &at("kv_send_steps"))?,
             id,
         });
     }

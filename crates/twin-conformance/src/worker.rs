@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 
 use twin_engine::{
-    ModelRunner, ModelRunnerOutput, ReqHandle, ScheduledKind, Scheduler, SchedulerOutput, TokenId,
+    KvTransfer, ModelRunner, ModelRunnerOutput, ReqHandle, RequestStatus, ScheduledKind, Scheduler,
+    SchedulerOutput, TokenId,
 };
 
 use crate::scenario::{ResolvedRequest, Scenario};
@@ -13,6 +14,18 @@ struct Plan {
     stop_after_tokens: Option<u64>,
     stop_at_step: Option<u64>,
     spec_accept: Option<Vec<usize>>,
+}
+
+/// One P/D request's transfer, as the NIXL worker would report it (scripts/oracle_pd.py's
+/// `PdWorker`).
+struct Transfer {
+    handle: ReqHandle,
+    kv_transfer: KvTransfer,
+    load_steps: u64,
+    send_steps: u64,
+    /// The step its load started (or it was first seen finished, for a send).
+    from_step: Option<u64>,
+    reported: bool,
 }
 
 /// What the GPU worker would do, reduced to token bookkeeping.
@@ -26,6 +39,8 @@ pub struct FakeWorker {
     nprop: HashMap<String, usize>,
     last_sampled: Vec<(ReqHandle, String)>,
     toks: Vec<TokenId>,
+    /// P/D requests by scenario index, once they arrived.
+    transfers: Vec<Option<Transfer>>,
 }
 
 /// `1000 + crc32(f"{id}:{k}") % 30000`, or the stop token once the plan says so.
@@ -63,6 +78,55 @@ impl FakeWorker {
             nprop: HashMap::new(),
             last_sampled: Vec::new(),
             toks: Vec::new(),
+            transfers: scn.requests.iter().map(|_| None).collect(),
+        }
+    }
+
+    /// Request `index` of the scenario arrived as `handle`.
+    pub fn arrived(&mut self, r: &ResolvedRequest, handle: ReqHandle) {
+        if r.kv_transfer != KvTransfer::None {
+            self.transfers[r.index] = Some(Transfer {
+                handle,
+                kv_transfer: r.kv_transfer,
+                load_steps: r.kv_load_steps,
+                send_steps: r.kv_send_steps,
+                from_step: None,
+                reported: false,
+            });
+        }
+    }
+
+    /// The NIXL worker's completions for the batch of `step`, in scenario order: a load
+    /// `load_steps` after the step that started it, a send `send_steps` after its request
+    /// finished.
+    fn report_transfers(&mut self, sched: &Scheduler, step: u64, out: &mut ModelRunnerOutput) {
+        for t in self.transfers.iter_mut().flatten() {
+            if t.reported {
+                continue;
+            }
+            let Some(r) = sched.request(t.handle) else {
+                continue;
+            };
+            let (due_after, active) = match t.kv_transfer {
+                KvTransfer::LoadFromRemote => (
+                    t.load_steps,
+                    r.status == RequestStatus::WaitingForRemoteKvs
+                        || (r.is_finished() && t.from_step.is_some()),
+                ),
+                KvTransfer::SendToRemote => (t.send_steps, r.is_finished()),
+                KvTransfer::None => continue,
+            };
+            if !active {
+                continue;
+            }
+            let from = *t.from_step.get_or_insert(step);
+            if step >= from + due_after {
+                t.reported = true;
+                match t.kv_transfer {
+                    KvTransfer::LoadFromRemote => out.finished_recving.push(t.handle),
+                    _ => out.finished_sending.push(t.handle),
+                }
+            }
         }
     }
 
@@ -109,6 +173,7 @@ impl ModelRunner for FakeWorker {
             }
         }
         self.last_sampled.clear();
+        self.report_transfers(sched, step, out);
         if so.total_num_scheduled_tokens == 0 {
             return;
         }

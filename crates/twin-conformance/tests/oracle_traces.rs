@@ -48,6 +48,21 @@ fn public_oracle_scenarios_are_step_identical() {
     );
 }
 
+/// P/D: vLLM's scheduler with its NIXL connector (`scripts/oracle_pd.py` made the traces):
+/// remote-prefill loads parked in `kv_holding_waiting`, senders' blocks held until read,
+/// aborted loads, deferred block frees under async scheduling.
+#[test]
+fn pd_oracle_scenarios_are_step_identical() {
+    let (n, failures) = check_set("pd");
+    assert_eq!(n, 7, "expected the 7 P/D scenarios");
+    assert!(
+        failures.is_empty(),
+        "{} of {n} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn the_comparer_notices_a_changed_block_id() {
     let dir = fixtures();

@@ -75,6 +75,10 @@ pub struct SchedulerConfig {
     pub kv_cache_metrics_sample: Option<f64>,
     /// Seed of the block-sampling RNG (vLLM uses Python's global `random`).
     pub kv_cache_metrics_seed: u64,
+    /// A KV connector that loads into this engine is configured (vLLM's
+    /// `kv_transfer_config.is_kv_consumer`: a P/D pool's `kv_both`). With more than one batch
+    /// in flight, freed blocks then wait for the batch that may still write them.
+    pub kv_consumer: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -113,6 +117,7 @@ impl Default for SchedulerConfig {
             pipeline_parallel_size: 1,
             kv_cache_metrics_sample: None,
             kv_cache_metrics_seed: 0,
+            kv_consumer: false,
         }
     }
 }

@@ -148,11 +148,11 @@ impl EngineCore {
         self.scheduler.finish_kv_send(h);
     }
 
-    /// Work a step could do: schedulable requests, or batches still in flight. Requests
-    /// parked on a remote KV load alone are not (the caller wakes the engine when a load
-    /// lands).
+    /// Work is pending: requests, or batches still in flight (vLLM's engine loop keeps
+    /// stepping; requests parked on a remote KV load count, so a caller in virtual time
+    /// sleeps an engine whose step did nothing until a transfer changes that).
     pub fn has_work(&self) -> bool {
-        self.scheduler.has_schedulable_requests() || !self.batch_queue.is_empty()
+        self.scheduler.has_requests() || !self.batch_queue.is_empty()
     }
 
     /// One engine iteration at engine time `now_s`. `observe` sees each scheduled
@@ -193,14 +193,12 @@ impl EngineCore {
             self.spare.push((so, mro));
             return report;
         }
-        // vLLM: EngineCore.step_with_batch_queue. Requests parked on a remote KV load alone
-        // schedule nothing: vLLM's loop spins on empty batches, the twin's waits to be woken.
-        let schedulable = self.scheduler.has_schedulable_requests();
-        if !schedulable && self.batch_queue.is_empty() {
+        // vLLM: EngineCore.step_with_batch_queue.
+        if !self.scheduler.has_requests() && self.batch_queue.is_empty() {
             report.idle = true;
             return report;
         }
-        if schedulable {
+        if self.scheduler.has_requests() {
             let (mut so, mut mro) = self.spare.pop().unwrap_or_default();
             so.step = step;
             self.scheduler.schedule(now_s, &mut so);
@@ -211,7 +209,7 @@ impl EngineCore {
             report.model_executed = so.total_num_scheduled_tokens > 0;
             self.batch_queue.push_front((so, mro));
             if self.batch_queue.len() < self.batch_queue_size
-                && (report.model_executed || self.scheduler.has_schedulable_requests())
+                && (report.model_executed || self.scheduler.has_requests())
             {
                 // Schedule the next batch while this one runs.
                 return report;

@@ -216,6 +216,9 @@ pub struct Request {
     /// Finished, but its blocks stay held for a transfer (a send not yet read, or a load
     /// still writing into them).
     pub(crate) kv_blocks_pinned: bool,
+    /// The last step sequence that scheduled it (vLLM's `last_sched_seq`: its blocks may be
+    /// written until that step is processed).
+    pub(crate) last_sched_seq: u64,
 }
 
 impl Request {
@@ -269,6 +272,7 @@ impl Request {
             kv_load_done: false,
             kv_fetch_stage: None,
             kv_blocks_pinned: false,
+            last_sched_seq: 0,
         };
         req.update_block_hashes();
         req

@@ -74,15 +74,24 @@ async fn sse_gaps_follow_the_step_clock() {
     let late = srv.lateness.lock().unwrap().clone();
     let worst = late.iter().cloned().fold(0.0, f64::max);
     assert!(worst < 0.02, "release lateness up to {worst}s");
-    // /metrics ITL is in engine seconds: the unscaled step.
-    let body = c
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // /metrics ITL is in engine seconds: the unscaled step. The last step's stats are
+    // recorded just after its tokens are handed out (as vLLM's output handler records after
+    // processing outputs), so a scrape right after the stream may be one step behind.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let body = loop {
+        let body = c
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metric(&body, "vllm:generation_tokens_total") >= 24.0 || Instant::now() > deadline {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let n = metric(&body, "vllm:inter_token_latency_seconds_count");
     let sum = metric(&body, "vllm:inter_token_latency_seconds_sum");
     assert_eq!(n, 23.0, "{body}");

@@ -77,9 +77,6 @@ pub struct SimConfig {
 pub struct Startup {
     pub plan: MemoryPlan,
     pub scheduler: SchedulerConfig,
-    /// A KV connector is configured (`--kv-transfer-config` with a consumer role: a P/D
-    /// pool's `kv_both`), so /metrics has `num_requests_kv_fetch_by_stage`.
-    pub kv_connector: bool,
 }
 
 /// `vllm serve` start-up: memory plan (which may refuse to start) → scheduler config.
@@ -124,16 +121,13 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         pipeline_parallel_size: r.pipeline_parallel_size as usize,
         kv_cache_metrics_sample: cfg.kv_cache_metrics_sample,
         kv_cache_metrics_seed: cfg.seed,
+        kv_consumer: false,
     };
     scheduler.validate().map_err(|e| SimError::Config {
         field: format!("--{}", e.field.replace('_', "-")),
         message: e.message,
     })?;
-    Ok(Startup {
-        plan,
-        scheduler,
-        kv_connector: false,
-    })
+    Ok(Startup { plan, scheduler })
 }
 
 pub use crate::output_processor::RequestTimes;

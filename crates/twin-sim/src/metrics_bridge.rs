@@ -363,7 +363,7 @@ pub fn metrics_config(
         engine_indexes: (0..num_engines as u32).collect(),
         kv_cache_metrics,
         num_speculative_tokens: (s.num_speculative_tokens > 0).then_some(s.num_speculative_tokens),
-        kv_consumer: startup.kv_connector,
+        kv_consumer: startup.scheduler.kv_consumer,
         cache_config,
         ..MetricsConfig::default()
     }

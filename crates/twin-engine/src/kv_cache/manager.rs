@@ -255,6 +255,13 @@ impl KVCacheManager {
         req.num_cached_block = Some(num_full);
     }
 
+    /// Take the request's blocks without returning them yet (allocation order); the caller
+    /// frees them later, tail first. vLLM: `KVCacheManager.pop_blocks_for_free`.
+    pub fn pop_blocks_for_free(&mut self, req: &mut Request) -> Vec<u32> {
+        req.num_cached_block = None;
+        std::mem::take(&mut req.block_ids)
+    }
+
     /// Return every block of the request, tail first so the tail is evicted first.
     /// vLLM: `SingleTypeKVCacheManager.free`.
     pub fn free(&mut self, req: &mut Request) {

@@ -87,6 +87,10 @@ impl SchedulerOutput {
 #[derive(Clone, Debug, Default)]
 pub struct ModelRunnerOutput {
     pub tokens: Vec<TokenId>,
+    /// KV loads the worker finished this step (`KVConnectorOutput.finished_recving`).
+    pub finished_recving: Vec<ReqHandle>,
+    /// Finished requests whose blocks the remote side has read (`finished_sending`).
+    pub finished_sending: Vec<ReqHandle>,
     /// Entry i's tokens end at `ends[i]` and start where entry i-1's end (4 bytes an
     /// entry: this is written and read once per request per step).
     ends: Vec<u32>,
@@ -96,6 +100,8 @@ impl ModelRunnerOutput {
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.ends.clear();
+        self.finished_recving.clear();
+        self.finished_sending.clear();
     }
 
     /// Append the tokens sampled for the next scheduled entry (empty for a prefill chunk).

@@ -134,6 +134,13 @@ pub struct Scheduler {
     num_parked_loads: usize,
     /// Finished requests whose blocks a transfer still holds.
     num_pinned: usize,
+    /// A KV consumer with batches in flight frees blocks only once the steps that may write
+    /// them are processed. vLLM: `defer_block_free`, `sched_step_seq`, `processed_step_seq`,
+    /// `deferred_frees`.
+    defer_block_free: bool,
+    sched_step_seq: u64,
+    processed_step_seq: u64,
+    deferred_frees: std::collections::VecDeque<(u64, Vec<u32>)>,
     /// Loads started since the caller last took them: (request, tokens to load).
     started_loads: Vec<(ReqHandle, usize)>,
     running: Vec<ReqHandle>,
@@ -184,6 +191,10 @@ impl Scheduler {
             kv_fetch_counts: [0; 3],
             num_parked_loads: 0,
             num_pinned: 0,
+            defer_block_free: config.kv_consumer && config.max_concurrent_batches() > 1,
+            sched_step_seq: 0,
+            processed_step_seq: 0,
+            deferred_frees: std::collections::VecDeque::new(),
             started_loads: Vec::new(),
             cache_aware_window: if config.policy == SchedulingPolicy::Fcfs
                 && config.enable_prefix_caching
@@ -231,6 +242,7 @@ impl Scheduler {
             && c.num_lookahead_tokens == 0
             && c.draft_slots == 0
             && c.kv_cache_metrics_sample.is_none()
+            && !c.kv_consumer
             && c.max_concurrent_batches() <= 2;
         let (seed, vocab_size) = tokens;
         self.coasting
@@ -402,10 +414,49 @@ impl Scheduler {
     /// A finished request's held blocks back to the pool, and the request dropped.
     /// vLLM: `Scheduler._free_blocks`.
     fn release_pinned_blocks(&mut self, h: ReqHandle) {
+        let fence = self.free_fence();
         if let Some(mut req) = self.requests.remove(h) {
             debug_assert!(req.kv_blocks_pinned);
             self.num_pinned -= 1;
-            self.kv.free(&mut req);
+            Self::free_request_blocks(&mut self.kv, &mut self.deferred_frees, fence, &mut req);
+        }
+    }
+
+    /// Give `r`'s blocks back, or hold them until the step that may still write them is
+    /// processed. vLLM: `Scheduler._free_request_blocks`.
+    fn free_request_blocks(
+        kv: &mut KVCacheManager,
+        deferred: &mut std::collections::VecDeque<(u64, Vec<u32>)>,
+        (defer, sched_seq, processed_seq): (bool, u64, u64),
+        r: &mut Request,
+    ) {
+        if defer && r.last_sched_seq > processed_seq {
+            let blocks = kv.pop_blocks_for_free(r);
+            if !blocks.is_empty() {
+                deferred.push_back((sched_seq, blocks));
+            }
+        } else {
+            kv.free(r);
+        }
+    }
+
+    fn free_fence(&self) -> (bool, u64, u64) {
+        (
+            self.defer_block_free,
+            self.sched_step_seq,
+            self.processed_step_seq,
+        )
+    }
+
+    /// Deferred frees whose step is processed, tail blocks first. vLLM:
+    /// `Scheduler._drain_deferred_frees`.
+    fn drain_deferred_frees(&mut self) {
+        while let Some((fence, _)) = self.deferred_frees.front() {
+            if *fence > self.processed_step_seq {
+                break;
+            }
+            let (_, blocks) = self.deferred_frees.pop_front().expect("front exists");
+            self.kv.block_pool.free_blocks(blocks.iter().rev().copied());
         }
     }
 
@@ -617,6 +668,20 @@ impl Scheduler {
             };
             if self.kv.allocate_slots(r, args, &mut out.block_ids) {
                 return Allocation::Allocated;
+            }
+            if self.defer_block_free {
+                // A victim still written by a step in flight frees nothing now.
+                let victim = if self.config.policy == SchedulingPolicy::Priority {
+                    self.priority_victim()
+                } else {
+                    *self
+                        .running
+                        .last()
+                        .expect("running holds the current request")
+                };
+                if self.requests.req(victim).last_sched_seq > self.processed_step_seq {
+                    return Allocation::Failed;
+                }
             }
             if self.preempt_lowest(i, plan, out) == h {
                 return if self.config.policy == SchedulingPolicy::Priority {
@@ -1068,6 +1133,14 @@ impl Scheduler {
         if total > 0 {
             self.num_executed_steps += 1;
         }
+        // vLLM advances the fence only for steps that write KV; `_update_after_schedule`
+        // stamps each scheduled request with it.
+        if self.defer_block_free && total > 0 {
+            self.sched_step_seq += 1;
+            for e in &out.scheduled {
+                self.requests.req_mut(e.handle).last_sched_seq = self.sched_step_seq;
+            }
+        }
         if self.local_prefill_interval > 1 && (plan.prefill_scheduled || plan.prefill_admitted) {
             self.last_prefill_step = self.num_executed_steps as i64;
         }
@@ -1146,13 +1219,14 @@ impl Scheduler {
 
     /// vLLM: `Scheduler._preempt_request` (the caller has removed it from `running`).
     fn preempt_request(&mut self, h: ReqHandle, now_s: f64) {
+        let fence = self.free_fence();
         let r = self.requests.req_mut(h);
         assert_eq!(
             r.status,
             RequestStatus::Running,
             "only running requests can be preempted"
         );
-        self.kv.free(r);
+        Self::free_request_blocks(&mut self.kv, &mut self.deferred_frees, fence, r);
         r.status = RequestStatus::Preempted;
         r.num_computed_tokens = 0;
         r.spec_token_ids.clear();
@@ -1202,6 +1276,11 @@ impl Scheduler {
     ) {
         outputs.clear();
         outputs.step = so.step;
+        // Every write of this and earlier steps is done: deferred frees can go back.
+        if self.defer_block_free && so.total_num_scheduled_tokens > 0 {
+            self.processed_step_seq += 1;
+            self.drain_deferred_frees();
+        }
         let mut spec_stats: Option<SpecDecodingStats> = None;
         self.stopped.clear();
         if self.coasting.is_on() {
@@ -1240,6 +1319,13 @@ impl Scheduler {
             for &h in &self.stopped {
                 self.waiting.remove_handle(h);
             }
+        }
+        // vLLM: `_update_from_kv_xfer_finished`, after the outputs, before the stats.
+        for &h in &mro.finished_recving {
+            self.finish_kv_load(h);
+        }
+        for &h in &mro.finished_sending {
+            self.finish_kv_send(h);
         }
         outputs.scheduler_stats = self.make_stats(spec_stats);
     }
@@ -1403,9 +1489,10 @@ impl Scheduler {
             self.finished_req_ids.push(h);
             return;
         }
+        let fence = self.free_fence();
         let mut req = self.requests.remove(h).expect("freeing a live request");
         debug_assert!(req.is_finished());
-        self.kv.free(&mut req);
+        Self::free_request_blocks(&mut self.kv, &mut self.deferred_frees, fence, &mut req);
         self.finished_req_ids.push(h);
     }
 
@@ -1436,7 +1523,16 @@ impl Scheduler {
             self.running.len() <= self.config.max_num_seqs,
             "running > max_num_seqs"
         );
-        let held: usize = self.requests.iter().map(|r| r.block_ids.len()).sum();
+        let held: usize = self
+            .requests
+            .iter()
+            .map(|r| r.block_ids.len())
+            .sum::<usize>()
+            + self
+                .deferred_frees
+                .iter()
+                .map(|(_, b)| b.len())
+                .sum::<usize>();
         assert!(
             held >= self.kv.block_pool.num_referenced_blocks(),
             "a referenced block has no holder"

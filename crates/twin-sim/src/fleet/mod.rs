@@ -834,8 +834,9 @@ pub fn from_args(
     let disaggregated = pools.iter().any(|p| p.role != PoolRole::Both);
     let mut pools = pools;
     for p in &mut pools {
-        // vLLM's P/D examples start both sides with `kv_role: kv_both`.
-        p.startup.kv_connector = p.role != PoolRole::Both;
+        // vLLM's P/D examples start both sides with `kv_role: kv_both`: a KV consumer
+        // (deferred block frees under async scheduling, the KV-fetch gauge).
+        p.startup.scheduler.kv_consumer = p.role != PoolRole::Both;
     }
     let autoscale = match &fleet.autoscale {
         None => None,
