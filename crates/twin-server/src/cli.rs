@@ -98,16 +98,7 @@ pub fn serve_main(args: &[String]) -> ExitCode {
             // vLLM: an EngineDeadError makes `terminate_if_errored` stop the API server.
             eprintln!("error: EngineCore died: {cause}. Shutting down the API server.");
         }
-        println!("INFO:     Shutting down");
-        // The listener drains for --shutdown-grace; a second more covers the engine's stop.
-        running
-            .shutdown(cfg.connection_limits.shutdown_grace + Duration::from_secs(1))
-            .await;
-        println!("INFO:     Finished server process");
-        match engine_died {
-            None => ExitCode::SUCCESS,
-            Some(_) => ExitCode::from(1),
-        }
+        shut_down(engine_died.is_some(), running.shutdown(grace(&cfg))).await
     })
 }
 
@@ -194,13 +185,22 @@ async fn serve_fleet(
     if let Some((i, cause)) = &engine_died {
         eprintln!("error: replica {i}: EngineCore died: {cause}. Shutting down the fleet.");
     }
+    shut_down(engine_died.is_some(), fleet.shutdown(grace(cfg))).await
+}
+
+/// The listener drains for --shutdown-grace; a second more covers the engines' stop.
+fn grace(cfg: &crate::ServeConfig) -> Duration {
+    cfg.connection_limits.shutdown_grace + Duration::from_secs(1)
+}
+
+/// Shut down as uvicorn logs it; exit 1 when an engine died (as vLLM does).
+async fn shut_down(engine_died: bool, shutdown: impl std::future::Future<Output = ()>) -> ExitCode {
     println!("INFO:     Shutting down");
-    fleet
-        .shutdown(cfg.connection_limits.shutdown_grace + Duration::from_secs(1))
-        .await;
+    shutdown.await;
     println!("INFO:     Finished server process");
-    match engine_died {
-        None => ExitCode::SUCCESS,
-        Some(_) => ExitCode::from(1),
+    if engine_died {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -216,20 +216,7 @@ async fn start_front(
         max_prompt_tokens,
         next_id: AtomicU64::new(0),
     });
-    let listener = tokio::net::TcpListener::bind(format!("{}:{}", cfg.host, cfg.port))
-        .await
-        .map_err(|source| StartError::Bind {
-            flag: "--port",
-            host: cfg.host.clone(),
-            port: cfg.port,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        flag: "--port",
-        host: cfg.host.clone(),
-        port: cfg.port,
-        source,
-    })?;
+    let (listener, addr) = crate::server::bind_api(cfg).await?;
     let app = axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/health", get(health))

@@ -135,6 +135,18 @@ async fn bind(flag: &'static str, host: &str, port: u16) -> Result<TcpListener, 
         })
 }
 
+/// The API listener on `--host`/`--port`, and the address it got (port 0: an ephemeral one).
+pub(crate) async fn bind_api(cfg: &ServeConfig) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listener = bind("--port", &cfg.host, cfg.port).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        flag: "--port",
+        host: cfg.host.clone(),
+        port: cfg.port,
+        source,
+    })?;
+    Ok((listener, addr))
+}
+
 /// Refusals past `--max-connections` open at once; each lives at most one header-read timeout,
 /// so a flood past the cap holds at most this many more sockets (the rest wait in the backlog).
 pub const MAX_OPEN_REFUSALS: usize = 256;
@@ -272,13 +284,7 @@ pub async fn start_replica(
         (cfg.fail_rate * 1e6).round() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
-    let listener = bind("--port", &cfg.host, cfg.port).await?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        flag: "--port",
-        host: cfg.host.clone(),
-        port: cfg.port,
-        source,
-    })?;
+    let (listener, addr) = bind_api(cfg).await?;
     let dcgm_listener = match cfg.dcgm_port {
         Some(p) => Some(bind("--dcgm-port", &cfg.host, p).await?),
         None => None,

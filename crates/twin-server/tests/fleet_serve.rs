@@ -3,10 +3,12 @@
 //! the policy they model says.
 //! Needs /usr/bin/prometheus (`apt-get install -y prometheus`); fails loudly without it.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{get_text, Prometheus};
 use serde_json::json;
 use twin_server::bench::{self, BenchArgs};
 use twin_server::fleet::{start_fleet, RunningFleet, REPLICA_HEADER, SESSION_HEADER};
@@ -54,62 +56,14 @@ fn metric(text: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_each_replica_of_a_round_robin_fleet() {
-    let prom = std::env::var("TWIN_PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
-    assert!(
-        std::path::Path::new(&prom).exists(),
-        "{prom} not found: apt-get install -y prometheus (or set TWIN_PROMETHEUS)"
-    );
     let f = fleet("--replicas 3 --router round-robin").await;
     let addrs = f.replica_addrs();
-    let dir = std::env::temp_dir().join(format!("twin-fleet-prom-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let targets: Vec<String> = addrs.iter().map(|a| format!("'{a}'")).collect();
-    let cfg = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: fleet\n    static_configs:\n      - targets: [{}]\n",
-        targets.join(", ")
-    );
-    std::fs::write(dir.join("prometheus.yml"), cfg).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(&prom)
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    let api = format!("http://127.0.0.1:{port}/api/v1");
+    let targets: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let prom = Prometheus::start("fleet-prom", &targets);
     let c = reqwest::Client::new();
     let query = |q: &str| {
-        let (c, api, q) = (c.clone(), api.clone(), q.to_string());
-        async move {
-            let v: serde_json::Value = c
-                .get(format!("{api}/query"))
-                .query(&[("query", q)])
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            let mut out = BTreeMap::new();
-            for r in v["data"]["result"].as_array()? {
-                let inst = r["metric"]["instance"].as_str().unwrap_or("").to_string();
-                out.insert(inst, r["value"][1].as_str()?.parse::<f64>().ok()?);
-            }
-            Some(out)
-        }
+        let (c, prom, q) = (c.clone(), &prom, q.to_string());
+        async move { prom.query(&c, &q).await }
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while query("up == 1").await.is_none_or(|m| m.len() < 3) {
@@ -144,9 +98,7 @@ async fn prometheus_scrapes_each_replica_of_a_round_robin_fleet() {
     let per_instance = query("sum by (instance) (vllm:request_success_total)")
         .await
         .expect("PromQL answered");
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(prom);
     let want: BTreeMap<String, f64> = addrs.iter().map(|a| (a.to_string(), 30.0)).collect();
     assert_eq!(
         per_instance, want,
@@ -154,22 +106,8 @@ async fn prometheus_scrapes_each_replica_of_a_round_robin_fleet() {
     );
 
     // The front serves each replica's exposition too, and says where to scrape without one.
-    let one = c
-        .get(format!("{front}/metrics?replica=1"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let own = c
-        .get(format!("http://{}/metrics", addrs[1]))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let one = get_text(&c, format!("{front}/metrics?replica=1")).await;
+    let own = get_text(&c, format!("http://{}/metrics", addrs[1])).await;
     assert_eq!(
         metric(&one, "vllm:request_success_total"),
         metric(&own, "vllm:request_success_total")
@@ -285,14 +223,7 @@ async fn prefix_aware_follows_the_replicas_kv_events() {
             "question {q} left the replica holding the document"
         );
     }
-    let text = c
-        .get(format!("{front}/metrics?replica={first}"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = get_text(&c, format!("{front}/metrics?replica={first}")).await;
     let hits = metric(&text, "vllm:prefix_cache_hits_total");
     assert!(
         hits > 5.0 * 1000.0,

@@ -4,68 +4,19 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::serve;
+use common::{serve, Prometheus};
 use twin_server::bench::{self, BenchArgs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_rate_matches_the_load_generator() {
-    let prom = std::env::var("TWIN_PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
-    assert!(
-        std::path::Path::new(&prom).exists(),
-        "{prom} not found: apt-get install -y prometheus (or set TWIN_PROMETHEUS)"
-    );
     let srv = serve("--dcgm-port 0").await;
-    let dir = std::env::temp_dir().join(format!("twin-prom-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: twin\n    static_configs:\n      - targets: ['{}']\n",
-        srv.addr
-    );
-    std::fs::write(dir.join("prometheus.yml"), cfg).unwrap();
-    // A free port for Prometheus' own API on loopback.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(&prom)
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    let api = format!("http://127.0.0.1:{port}/api/v1");
+    let prom = Prometheus::start("prom", &[srv.addr.to_string()]);
     let c = reqwest::Client::new();
     let query = |q: String| {
-        let c = c.clone();
-        let api = api.clone();
-        async move {
-            let v: serde_json::Value = c
-                .get(format!("{api}/query"))
-                .query(&[("query", q)])
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            v["data"]["result"][0]["value"][1]
-                .as_str()?
-                .parse::<f64>()
-                .ok()
-        }
+        let (c, prom) = (c.clone(), &prom);
+        async move { prom.value(&c, &q).await }
     };
     // Wait until Prometheus has scraped the idle server at least once.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -115,9 +66,7 @@ async fn prometheus_rate_matches_the_load_generator() {
             .await,
         );
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(prom);
     let got = got.expect("PromQL answered");
     assert_eq!(
         got, counted,
