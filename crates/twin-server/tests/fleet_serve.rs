@@ -8,7 +8,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{get_text, Prometheus};
+use common::{get_json, get_text, Prometheus};
 use serde_json::json;
 use twin_server::bench::{self, BenchArgs};
 use twin_server::fleet::{start_fleet, RunningFleet, REPLICA_HEADER, SESSION_HEADER};
@@ -126,14 +126,7 @@ async fn prometheus_scrapes_each_replica_of_a_round_robin_fleet() {
         200
     );
     // Non-generation endpoints pass through to a replica.
-    let models: serde_json::Value = c
-        .get(format!("{front}/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: serde_json::Value = get_json(&c, format!("{front}/v1/models")).await;
     assert_eq!(models["object"], "list");
     f.shutdown(Duration::from_secs(5)).await;
 }
@@ -178,14 +171,7 @@ async fn session_affinity_keeps_each_session_on_one_replica_and_streams_pass_thr
     assert_eq!(frames.last(), Some(&"data: [DONE]"), "{body}");
     assert!(frames.len() >= 3, "{body}");
     // Nothing stays counted in flight once the replies are read.
-    let fleet_json: serde_json::Value = c
-        .get(format!("{front}/twin/fleet"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let fleet_json: serde_json::Value = get_json(&c, format!("{front}/twin/fleet")).await;
     assert_eq!(fleet_json["router"], "session-affinity");
     for r in fleet_json["replicas"].as_array().unwrap() {
         assert_eq!(r["in_flight"], 0, "{r}");
