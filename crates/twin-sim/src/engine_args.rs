@@ -41,6 +41,11 @@ const TWIN_FLAGS: &[(&str, Option<&str>, &str)] = &[
     ),
     ("num-requests", Some("N"), "requests to simulate"),
     (
+        "trace-speedup",
+        Some("X"),
+        "replay a --workload trace X times faster (2 = twice the rate, 0.5 = half)",
+    ),
+    (
         "request-rate",
         Some("RPS"),
         "open-loop arrival rate, req/s (inf = all at once)",
@@ -1060,6 +1065,30 @@ pub fn simulate_from_matches(
         }
     };
     let is_trace = arrivals.is_some();
+    if let Some((f, x)) = opt("trace-speedup") {
+        let speedup: f64 = num(&f, x)?;
+        if !(speedup.is_finite() && (1e-3..=1e3).contains(&speedup)) {
+            return Err(cfg_err(&f, format!("{x}: a factor between 0.001 and 1000")));
+        }
+        let Some(Arrivals::Trace(records)) = arrivals.as_mut() else {
+            return Err(cfg_err(&f, "applies to a --workload trace file"));
+        };
+        let last_s = records.last().map_or(0.0, |r| r.arrival_time_s);
+        if last_s / speedup > twin_workload::MAX_SPAN_S {
+            return Err(cfg_err(
+                &f,
+                format!(
+                    "{x}: the trace would span {:.3e} s, beyond the twin's limit of {} s (7 days; docs/limits.md)",
+                    last_s / speedup,
+                    twin_workload::MAX_SPAN_S
+                ),
+            ));
+        }
+        // The recorded gaps, shrunk or stretched: the same requests at X times the rate.
+        for r in records.iter_mut() {
+            r.arrival_time_s /= speedup;
+        }
+    }
     if arrivals.is_none() {
         arrivals = Some(if let Some(c) = concurrency.filter(|_| rate.is_none()) {
             if c == 0 {

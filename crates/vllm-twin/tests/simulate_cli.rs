@@ -348,3 +348,57 @@ fn a_model_config_names_its_own_model() {
         assert!(!first.contains("Llama-3.1-8B"), "{first}");
     }
 }
+
+/// `--trace-speedup X` replays a trace's arrivals X times faster: the same requests, the span
+/// divided by X; without a trace, or out of range, it is refused naming the flag.
+#[test]
+fn trace_speedup_compresses_a_replayed_trace() {
+    let dir = std::env::temp_dir().join(format!("twin-trace-speedup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("azure.csv");
+    let mut csv = String::from("TIMESTAMP,ContextTokens,GeneratedTokens\n");
+    for i in 0..120 {
+        // One request every 2 s (a minute apart in all, 4 minutes of arrivals).
+        csv.push_str(&format!(
+            "2023-11-16 18:{:02}:{:02}.000000,{},{}\n",
+            (i * 2) / 60,
+            (i * 2) % 60,
+            200 + i * 3,
+            20 + i % 7
+        ));
+    }
+    std::fs::write(&trace, csv).unwrap();
+    let t = trace.to_str().unwrap();
+    let plain = json_report(&["--workload", t]);
+    let fast = json_report(&["--workload", t, "--trace-speedup", "4"]);
+    assert_eq!(plain["num_finished"], 120);
+    assert_eq!(fast["num_finished"], 120);
+    assert_eq!(
+        plain["prompt_tokens"], fast["prompt_tokens"],
+        "the same requests"
+    );
+    let (p, f) = (
+        plain["requests_per_s"].as_f64().unwrap(),
+        fast["requests_per_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (f / p - 4.0).abs() < 0.4,
+        "{p} req/s plain vs {f} req/s at 4x"
+    );
+    for (args, needle) in [
+        (vec!["simulate", "--trace-speedup", "2"], "--trace-speedup"),
+        (
+            vec!["simulate", "--workload", t, "--trace-speedup", "0"],
+            "--trace-speedup",
+        ),
+        (
+            vec!["simulate", "--workload", t, "--trace-speedup", "nan"],
+            "--trace-speedup",
+        ),
+    ] {
+        let out = twin(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
