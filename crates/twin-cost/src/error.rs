@@ -46,6 +46,9 @@ pub enum StartupErrorKind {
     MaxModelLenTooLong,
     /// `_auto_fit_max_model_len`: not even one token fits.
     CannotAutoFit,
+    /// Loading the weights: one GPU's share is larger than the memory vLLM may use (vLLM
+    /// fails with a CUDA out-of-memory error while loading).
+    WeightsDoNotFit,
 }
 
 impl CostError {

@@ -61,6 +61,9 @@ pub struct ServeConfig {
     pub kv_cache_skip_sliding_window: bool,
     /// `--quantization`; `None` keeps the checkpoint's own format.
     pub quantization: Option<WeightFormat>,
+    /// `--dtype` (bf16, fp16 or fp32); `None` (`auto`) keeps the checkpoint's. It sets the
+    /// weights' format only for an unquantized checkpoint.
+    pub dtype: Option<WeightFormat>,
     pub block_size: Option<u32>,
     pub max_num_batched_tokens: Option<u32>,
     pub max_num_seqs: Option<u32>,
@@ -90,6 +93,7 @@ impl Default for ServeConfig {
             kv_cache_dtype: KvCacheDtype::Auto,
             kv_cache_skip_sliding_window: false,
             quantization: None,
+            dtype: None,
             block_size: None,
             max_num_batched_tokens: None,
             max_num_seqs: None,
@@ -469,9 +473,62 @@ impl ServeConfig {
             });
         }
         let max_concurrent_batches = if self.async_scheduling { pp + 1 } else { pp };
-        let (weight_format, expert_weight_format) = match self.quantization {
-            Some(q) => (q, q),
-            None => (model.weight_format, model.expert_weight_format),
+        let unquantized = |f: WeightFormat| {
+            matches!(
+                f,
+                WeightFormat::Bf16 | WeightFormat::Fp16 | WeightFormat::Fp32
+            )
+        };
+        // The checkpoint's own quantization (`quantization_config.quant_method`), if any.
+        let ckpt_quant = [model.weight_format, model.expert_weight_format]
+            .into_iter()
+            .find(|&f| !unquantized(f));
+        if let Some(q) = self.quantization {
+            match ckpt_quant {
+                // vLLM: `ModelConfig._verify_quantization`.
+                Some(c) if c != q => {
+                    return Err(CostError::InvalidConfig {
+                        field: "quantization",
+                        reason: format!(
+                            "Quantization method specified in the model config ({}) does not match the quantization method specified in the `quantization` argument ({}).",
+                            c.name(),
+                            q.name()
+                        ),
+                    })
+                }
+                // vLLM: `get_quant_config` finds no quantization config in an unquantized
+                // checkpoint; only fp8 quantizes on load.
+                None if q != WeightFormat::Fp8 && !unquantized(q) => {
+                    return Err(CostError::InvalidConfig {
+                        field: "quantization",
+                        reason: format!(
+                            "Cannot find the config file for {q}: {} is an unquantized ({}) checkpoint; {q} needs a checkpoint quantized with it (fp8 alone quantizes on load)",
+                            model.name,
+                            model.weight_format.name(),
+                            q = q.name(),
+                        ),
+                    })
+                }
+                _ => {}
+            }
+        }
+        let (weight_format, expert_weight_format) = match (self.quantization, self.dtype) {
+            (Some(q), _) if ckpt_quant.is_none() => (q, q),
+            (Some(_), _) => (model.weight_format, model.expert_weight_format),
+            // `--dtype` casts the unquantized weights; quantized ones keep their format.
+            (None, Some(d)) => (
+                if unquantized(model.weight_format) {
+                    d
+                } else {
+                    model.weight_format
+                },
+                if unquantized(model.expert_weight_format) {
+                    d
+                } else {
+                    model.expert_weight_format
+                },
+            ),
+            (None, None) => (model.weight_format, model.expert_weight_format),
         };
         Ok(ResolvedServeConfig {
             tensor_parallel_size: tp,
@@ -1052,6 +1109,38 @@ pub fn plan_memory(
             kv_bytes_per_token,
             bytes_per_block,
             num_blocks: 0,
+        });
+    }
+
+    // Model loading: a GPU's share of the weights must fit before anything else is sized
+    // (vLLM fails with CUDA out of memory while loading them).
+    let usable = requested.min(init_free);
+    if let Some(r) = ranks.iter().find(|r| r.weights_bytes > usable) {
+        let per_gpu_at = |t: u32| r.weights_bytes as f64 * f64::from(tp) / f64::from(t);
+        let fitting_tp = [2u32, 4, 8, 16, 32, 64]
+            .into_iter()
+            .filter(|&t| t > tp && model.num_kv_heads.max(1) * 8 >= u64::from(t))
+            .find(|&t| per_gpu_at(t) < usable as f64);
+        let advice = match fitting_tp {
+            Some(t) => format!(
+                "Their share fits from --tensor-parallel-size {t}: {} GiB per GPU, leaving about {} GiB for activations and the KV cache (or use a GPU with more memory).",
+                format_gib(per_gpu_at(t) as i64),
+                format_gib(usable as i64 - per_gpu_at(t) as i64)
+            ),
+            None => "No tensor-parallel size fits them on this GPU; use a GPU with more memory, pipeline parallelism or a quantized checkpoint.".into(),
+        };
+        return Err(CostError::Startup {
+            kind: StartupErrorKind::WeightsDoNotFit,
+            message: format!(
+                "{}'s weights take {} GiB on each GPU at --tensor-parallel-size {tp} --pipeline-parallel-size {pp}, more than the {} GiB vLLM may use on a {} ({} GiB x --gpu-memory-utilization {}): loading them runs out of CUDA memory. {advice}",
+                model.name,
+                format_gib(r.weights_bytes as i64),
+                format_gib(usable as i64),
+                gpu.device_name,
+                format_gib(total as i64),
+                rc.gpu_memory_utilization
+            ),
+            estimated_max_model_len: None,
         });
     }
 

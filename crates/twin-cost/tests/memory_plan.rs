@@ -97,13 +97,22 @@ fn tensor_parallel_splits_kv_per_gpu_for_llama_70b() {
     let h2 = plan("llama-3.1-70b", "h100", cfg(2)).unwrap();
     let h4 = plan("llama-3.1-70b", "h100", cfg(4)).unwrap();
     assert!(h4.kv_cache_tokens > 2 * h2.kv_cache_tokens);
-    assert!(matches!(
-        plan("llama-3.1-70b", "h100", cfg(1)),
+    // At TP 1 the weights alone (131 GiB) are more than the GPU: loading fails, and the
+    // message says so and from which TP their share fits.
+    match plan("llama-3.1-70b", "h100", cfg(1)) {
         Err(CostError::Startup {
-            kind: StartupErrorKind::NoAvailableMemory,
+            kind: StartupErrorKind::WeightsDoNotFit,
+            message,
             ..
-        })
-    ));
+        }) => {
+            assert!(message.contains("weights take 131.41 GiB"), "{message}");
+            assert!(
+                message.contains("fits from --tensor-parallel-size 2"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -496,7 +496,11 @@ fn scenario3_preemption(sig: &Signals, _th: &Thresholds, ctx: &Ctx, out: &mut Ve
         Severity::Warning
     };
     let mut e = vec![
-        ev("preemptions", sig.preemptions, "> 0 (the seed: must be 0)"),
+        ev(
+            "preemptions",
+            sig.preemptions,
+            "> 0 (the monitoring guide: must be 0)",
+        ),
         ev(
             "preemptions_per_finished_request",
             per_req,
@@ -546,7 +550,7 @@ fn scenario4_autoscale(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<
         ev("window_s", window, ""),
     ];
     let _ = th;
-    out.push(finding(FindingHead { id: "autoscale-signal", scenario: "4", title: "Autoscaling: the seed's scale-out trigger fires", severity: Severity::Info, confidence: Confidence::Medium }, sig, e, "Scale on vllm:kv_cache_usage_perc > 0.65 or vllm:num_requests_waiting > 3 sustained for 15-30 s. Never on CPU, DCGM_FI_DEV_GPU_UTIL (always high) or DCGM_FI_DEV_FB_USED (full from start-up).", vec![ctx.scale_out(sig, &[("queue_mean_s", Down), ("kv_usage_mean", Down)])]));
+    out.push(finding(FindingHead { id: "autoscale-signal", scenario: "4", title: "Autoscaling: the monitoring guide's scale-out trigger fires", severity: Severity::Info, confidence: Confidence::Medium }, sig, e, "Scale on vllm:kv_cache_usage_perc > 0.65 or vllm:num_requests_waiting > 3 sustained for 15-30 s. Never on CPU, DCGM_FI_DEV_GPU_UTIL (always high) or DCGM_FI_DEV_FB_USED (full from start-up).", vec![ctx.scale_out(sig, &[("queue_mean_s", Down), ("kv_usage_mean", Down)])]));
 }
 
 fn extras(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {

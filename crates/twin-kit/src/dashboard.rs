@@ -97,7 +97,7 @@ pub fn seed_panels(opts: &KitOptions) -> Vec<SeedPanel> {
                 "hit rate {{model_name}}",
                 m(format!("sum(rate(vllm:prefix_cache_hits_total{{{v}}}[5m])) by (model_name) / sum(rate(vllm:prefix_cache_queries_total{{{v}}}[5m])) by (model_name)")),
             )],
-            correction: "as written; only the _total series exist in 0.34 (the seed's \"or without _total\" does not apply), and 0.34 counts each admission once, preempted re-admissions excluded",
+            correction: "as written; only the _total series exist in 0.34 (the monitoring guide's \"or without _total\" does not apply), and 0.34 counts each admission once, preempted re-admissions excluded",
         },
         SeedPanel {
             number: 7,

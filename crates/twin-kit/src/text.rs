@@ -82,7 +82,7 @@ pub fn kit_readme(opts: &KitOptions, alerts: &[Alert], recording: &[Recording]) 
 
 /// `runbooks.md`: one section per alert (the anchors `runbook_url` points at).
 pub fn runbooks(opts: &KitOptions, alerts: &[Alert]) -> String {
-    let mut s = String::from("# vLLM 0.34 runbooks\n\nOne section per alert of the monitoring kit. The dashboard's playbook row has the seed article's four decision trees.\n");
+    let mut s = String::from("# vLLM 0.34 runbooks\n\nOne section per alert of the monitoring kit. The dashboard's playbook row has the vLLM monitoring guide's four decision trees (the troubleshooting playbook this kit follows).\n");
     for a in alerts {
         s.push_str(&format!(
             "\n## {}\n\nSeverity **{}**, for {}.\n\n```promql\n{}\n```\n\n{}\n\n{}\n",

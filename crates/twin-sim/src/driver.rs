@@ -79,6 +79,30 @@ pub struct Startup {
     pub scheduler: SchedulerConfig,
 }
 
+impl Startup {
+    /// The GPUs one `vllm serve` of this start-up takes, as a person says it:
+    /// `1 × h100-sxm`, `8 × h100-sxm (TP 4, DP 2)`.
+    pub fn gpus_phrase(&self, data_parallel_size: usize) -> String {
+        let c = &self.plan.config;
+        let (tp, pp, dp) = (
+            c.tensor_parallel_size as usize,
+            c.pipeline_parallel_size as usize,
+            data_parallel_size.max(1),
+        );
+        let parts: Vec<String> = [("TP", tp), ("PP", pp), ("DP", dp)]
+            .into_iter()
+            .filter(|&(_, n)| n > 1)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let split = if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", parts.join(", "))
+        };
+        format!("{} × {}{split}", tp * pp * dp, self.plan.gpu_key)
+    }
+}
+
 /// `vllm serve` start-up: memory plan (which may refuse to start) → scheduler config.
 pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
     let plan = twin_cost::plan_memory(&cfg.model, &cfg.gpu, &cfg.serve)?;

@@ -913,6 +913,11 @@ pub fn simulate_from_matches(
                 .ok_or_else(|| cfg_err("--max-model-len", "must be >= 1"))?,
         ),
     };
+    // `--dtype`: the weights' format for an unquantized checkpoint (auto: the checkpoint's).
+    serve.dtype = match req("dtype")?.as_str() {
+        "auto" => None,
+        d => Some(WeightFormat::parse(d).map_err(|e| cfg_err("--dtype", e.to_string()))?),
+    };
     if let Some(q) = v.str("quantization") {
         serve.quantization =
             Some(WeightFormat::parse(&q).map_err(|e| cfg_err("--quantization", e.to_string()))?);
@@ -934,18 +939,6 @@ pub fn simulate_from_matches(
             ))
         }
     };
-    if let Some(i) = argv
-        .iter()
-        .position(|a| a == "--dtype" || a.starts_with("--dtype="))
-    {
-        let dtype = req("dtype")?;
-        if !matches!(
-            dtype.as_str(),
-            "auto" | "bfloat16" | "float16" | "half" | "bf16"
-        ) {
-            notes.push((i, format!("--dtype {dtype}: costed as 16-bit weights")));
-        }
-    }
     notes.sort_by_key(|n| n.0);
     let mut notes: Vec<String> = notes.into_iter().map(|n| n.1).collect();
 

@@ -427,7 +427,7 @@ fn table(
 pub fn render(results: &[ClaimResult]) -> String {
     let mut s = format!(
         "{:<32} {:<14} {:<52} {:>12} {:>12} {:>8} {:>8} {:>6}\n",
-        "flag", "change", "metric", "A", "B", "twin", "seed", "agree"
+        "flag", "change", "metric", "A", "B", "twin", "guide", "agree"
     );
     for r in results {
         s.push_str(&format!(
@@ -444,7 +444,7 @@ pub fn render(results: &[ClaimResult]) -> String {
     }
     let n = results.iter().filter(|r| r.agrees).count();
     s.push_str(&format!(
-        "\n{n}/{} claims agree with the seed\n",
+        "\n{n}/{} claims agree with the monitoring guide (the \"guide\" column)\n",
         results.len()
     ));
     s

@@ -48,13 +48,11 @@ pub fn run(
         for p in &fc.pools {
             let s = &p.startup.scheduler;
             println!(
-                "  pool {}: {} x {} on {} (TP {}, x{} DP)  max_num_batched_tokens={} max_num_seqs={} num_gpu_blocks={}",
+                "  pool {}: {} replica(s) of {} on {}  max_num_batched_tokens={} max_num_seqs={} num_gpu_blocks={}",
                 p.name,
                 p.replicas,
                 p.config.model.name,
-                p.startup.plan.gpu_key,
-                p.startup.plan.config.tensor_parallel_size,
-                p.config.data_parallel_size,
+                p.startup.gpus_phrase(p.config.data_parallel_size),
                 s.max_num_batched_tokens,
                 s.max_num_seqs,
                 s.num_gpu_blocks

@@ -102,8 +102,9 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     let text_out = !sim.json;
     if text_out {
         println!(
-            "vllm-twin simulate: {} on {} (x{} DP)",
-            sim.model_name, startup.plan.gpu_key, sim.config.data_parallel_size
+            "vllm-twin simulate: {} on {}",
+            sim.model_name,
+            startup.gpus_phrase(sim.config.data_parallel_size)
         );
         for n in &sim.notes {
             println!("note: {n}");

@@ -30,6 +30,11 @@ fn default_run_prints_plan_and_report() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
+    // What it runs on, in words (not "x1 DP").
+    assert!(
+        text.starts_with("vllm-twin simulate: meta-llama/Llama-3.1-8B-Instruct on 1 × h100-sxm\n"),
+        "{text}"
+    );
     for needle in [
         "KV cache pool",
         "num_gpu_blocks",
@@ -197,12 +202,27 @@ fn a_too_long_max_model_len_refuses_to_start_like_vllm() {
         "--gpu",
         "a100-40gb",
         "-tp",
+        "4",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("max seq len") && err.contains("estimated maximum model length is"),
+        "{err}"
+    );
+    // Two GPUs: the weights alone do not fit, and the error says so (not a KV message).
+    let out = twin(&[
+        "simulate",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "--gpu",
+        "a100-40gb",
+        "-tp",
         "2",
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("max seq len") || err.contains("No available memory"),
+        err.contains("weights take") && err.contains("fits from --tensor-parallel-size 4"),
         "{err}"
     );
 }
