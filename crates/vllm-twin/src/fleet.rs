@@ -1,6 +1,5 @@
 //! `vllm-twin simulate --replicas N --router R` / `--replica-spec FILE`: a fleet run.
 
-use std::fs;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -119,12 +118,11 @@ pub fn run(
         );
     }
     if let Some(p) = &sim.metrics_out {
-        fs::write(p, metrics::fleet_exposition(&outcome.replicas))
-            .with_context(|| format!("writing {}", p.display()))?;
+        crate::simulate::write_output(p, metrics::fleet_exposition(&outcome.replicas))?;
     }
     if let Some(p) = &sim.scrapes_out {
         let (body, n) = metrics::fleet_scrapes(&mut outcome.replicas, report.duration_s);
-        fs::write(p, body).with_context(|| format!("writing {}", p.display()))?;
+        crate::simulate::write_output(p, body)?;
         if text_out {
             println!(
                 "wrote {n} scrapes ({} replicas) to {}",

@@ -62,6 +62,15 @@ impl Observer for Progress {
     fn on_step(&mut self, _: usize, _: &StepSample) {}
 }
 
+/// Write an output file (`--metrics-out`, `--scrapes-out`), creating its folder as `--out`
+/// does, so `--out run/ --scrapes-out run/scrapes.om` works in either order.
+pub(crate) fn write_output(p: &std::path::Path, body: impl AsRef<[u8]>) -> Result<()> {
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    fs::write(p, body).with_context(|| format!("writing {}", p.display()))
+}
+
 pub fn run(args: &[String]) -> Result<ExitCode> {
     if args
         .iter()
@@ -161,12 +170,11 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     }
     if let Some(m) = metrics.as_mut() {
         if let Some(p) = &sim.metrics_out {
-            fs::write(p, m.recorder().encode_text())
-                .with_context(|| format!("writing {}", p.display()))?;
+            write_output(p, m.recorder().encode_text())?;
         }
         if let Some(p) = &sim.scrapes_out {
             let body = m.scrapes_openmetrics(report.duration_s);
-            fs::write(p, body).with_context(|| format!("writing {}", p.display()))?;
+            write_output(p, body)?;
             if text_out {
                 println!("wrote {} scrapes to {}", m.num_scrapes(), p.display());
             }

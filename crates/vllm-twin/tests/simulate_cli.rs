@@ -116,6 +116,8 @@ fn flags_move_metrics_the_way_vllm_mechanics_say() {
 fn out_dir_gets_report_timeseries_and_charts() {
     let dir = std::env::temp_dir().join(format!("twin-sim-out-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // The scrapes go inside the --out folder, which does not exist yet.
+    let scrapes = dir.join("scrapes.om");
     let out = twin(&[
         "simulate",
         "--num-requests",
@@ -123,12 +125,19 @@ fn out_dir_gets_report_timeseries_and_charts() {
         "--quiet",
         "--out",
         dir.to_str().unwrap(),
+        "--scrapes-out",
+        scrapes.to_str().unwrap(),
+        "--scrape-interval",
+        "5s",
     ]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(std::fs::read_to_string(&scrapes)
+        .unwrap()
+        .contains("vllm:num_requests_running"));
     for f in [
         "report.json",
         "timeseries.csv",
