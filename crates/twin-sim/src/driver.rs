@@ -392,6 +392,10 @@ pub(crate) trait Dispatch {
     ) -> Option<(RequestSpec, usize, PdPhase)> {
         None
     }
+    /// When the next KV pull lands (P/D), the one timer that can wake a sleeping engine.
+    fn next_transfer_s(&self) -> Option<f64> {
+        None
+    }
     /// The P/D part of a client's request routed to engine `e` (a prefill pool's: `Prefill`).
     fn phase_of_arrival(&self, _e: usize) -> PdPhase {
         PdPhase::Whole
@@ -464,6 +468,11 @@ pub(crate) fn run_loop(
         };
         let next_engine = engines.peek_next();
         if next_arrival.is_none() && next_engine.is_none() {
+            // Every engine waits on a KV pull (P/D): its landing is the next thing to happen.
+            if let Some(t) = dispatch.next_transfer_s().filter(|_| in_flight_total > 0) {
+                dispatch.on_timer(t, engines, observer)?;
+                continue;
+            }
             if in_flight_total == 0 || workload.is_exhausted() {
                 break;
             }
@@ -493,6 +502,18 @@ pub(crate) fn run_loop(
                 if admit(&mut engines.slots[e], e, spec, phase, t, observer, workload) {
                     in_flight_total += 1;
                     engines.requeue(e);
+                } else if let PdPhase::Decode {
+                    prefill_engine,
+                    prefill_handle,
+                    ..
+                } = phase
+                {
+                    // The decoder refused it: nothing will read the prefill's blocks, so they
+                    // go back now (vLLM: NIXL frees them for a request rejected on the D side).
+                    let p = &mut engines.slots[prefill_engine];
+                    p.core.finish_kv_send(prefill_handle);
+                    p.wake_at(t);
+                    engines.requeue(prefill_engine);
                 }
             }
             (_, Some((e, t))) => {

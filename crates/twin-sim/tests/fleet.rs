@@ -277,3 +277,48 @@ fn a_pd_fleet_under_memory_pressure_still_finishes_everything() {
     assert_eq!(r.num_finished + r.num_rejected, 800);
     assert!(r.num_preemptions > 0, "the decoders were under pressure");
 }
+
+#[test]
+fn a_decoder_that_refuses_a_prompt_hands_the_prefills_blocks_back() {
+    // The decode pool serves a shorter context than the prefill pool: prompts between the two
+    // are prefilled, then refused by the decoder. Their prefill blocks must come back, or the
+    // prefill replica fills up and everything after them is lost.
+    let dir = std::env::temp_dir().join(format!("twin-pd-refuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("pd.yaml");
+    std::fs::write(
+        &spec,
+        "pools:\n  - name: prefill\n    replicas: 1\n    role: prefill\n    args: --max-model-len 16384 --num-gpu-blocks-override 400\n  - name: decode\n    replicas: 1\n    role: decode\n    args: --max-model-len 2048\n",
+    )
+    .unwrap();
+    let args = format!(
+        "--num-requests 300 --request-rate 20 --input-len uniform:min=500,max=3500 --output-len 8 --seed 2 --replica-spec {}",
+        spec.display()
+    );
+    let argv = argv(&args);
+    let a = parse_simulate_args(&argv, &|p| {
+        std::fs::read_to_string(p).map_err(|e| e.to_string())
+    })
+    .expect("args");
+    let f = a.fleet.clone().expect("fleet");
+    let fc = twin_sim::fleet::from_args(&argv, &a, &f, &|p| {
+        std::fs::read_to_string(p).map_err(|e| e.to_string())
+    })
+    .expect("fleet");
+    let r = run(&fc);
+    assert!(
+        r.num_rejected > 0,
+        "some prompts exceed the decoder's context"
+    );
+    assert_eq!(r.num_finished + r.num_rejected, 300, "every request ends");
+}
+
+#[test]
+fn the_last_requests_pull_lands_even_when_nothing_else_runs() {
+    // One request at a time, far apart: when its decoder admits it, the decoder has nothing
+    // else to run and sleeps; the pull's landing must still wake it.
+    let r = run(&fleet_from(
+        "--num-requests 20 --request-rate 0.2 --constant-arrivals --seed 6 --pd 1:1",
+    ));
+    assert_eq!(r.num_finished, 20);
+}

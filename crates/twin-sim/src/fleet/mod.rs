@@ -664,11 +664,13 @@ impl Dispatch for FleetDispatch {
         }
     }
 
+    fn next_transfer_s(&self) -> Option<f64> {
+        let pd = self.pd.as_ref()?;
+        pd.transfers.peek().map(|Reverse((t, _))| t.0)
+    }
+
     fn next_timer_s(&self) -> Option<f64> {
-        let transfer = self
-            .pd
-            .as_ref()
-            .and_then(|pd| pd.transfers.peek().map(|Reverse((t, _))| t.0));
+        let transfer = self.next_transfer_s();
         let autoscale = self.autoscale.as_ref().map(|a| {
             let ready = a.pending.front().map_or(f64::INFINITY, |p| p.0);
             a.next_scrape_s.min(a.next_sync_s).min(ready)
