@@ -92,6 +92,31 @@ pub struct Diagnosis {
 
 pub const SCHEMA: &str = "vllm-twin-doctor/1";
 
+/// Fewer requests finished than this in the window cannot carry a CRITICAL finding: a handful
+/// of requests (vLLM's own 5-request expositions, a drained server) is an anecdote, not a rate.
+/// A hung engine stays CRITICAL: frozen counters need no sample.
+pub const MIN_REQUESTS_FOR_CRITICAL: f64 = 20.0;
+
+/// Demote what too few requests cannot support, saying so in the evidence.
+fn guard_sample_size(findings: &mut [Finding], requests_finished: f64) {
+    if requests_finished >= MIN_REQUESTS_FOR_CRITICAL {
+        return;
+    }
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.severity == Severity::Critical && f.id != "engine-hung")
+    {
+        f.severity = Severity::Warning;
+        f.evidence.push(playbook::Evidence {
+            metric: "requests_finished".into(),
+            value: requests_finished,
+            threshold: format!(
+                ">= {MIN_REQUESTS_FOR_CRITICAL} for CRITICAL (too few requests to be sure: WARNING)"
+            ),
+        });
+    }
+}
+
 /// Exit code for a worst severity: 0 ok/info, 1 warning, 2 critical (3 is input errors).
 pub fn exit_code(worst: Option<Severity>) -> u8 {
     match worst {
@@ -147,6 +172,7 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
             ));
         }
         let mut f = playbook::diagnose(&sig, &opts.thresholds, &ctx);
+        guard_sample_size(&mut f, sig.requests_finished);
         if sig.engines.len() > 1 {
             let per: Vec<Signals> = sig
                 .engines

@@ -488,3 +488,28 @@ fn prometheus_range_queries_per_instance() {
         "{e}"
     );
 }
+
+#[test]
+fn a_handful_of_requests_cannot_be_critical() {
+    // The KV-overrun scenario is CRITICAL over its 800 requests ...
+    let f = scenario("few-kv", "--gpu-memory-utilization 0.5 --max-concurrency 256 --input-len 3000 --output-len 300 --num-requests 800");
+    let d = analyze(&observation(&f), &Options::default());
+    assert_eq!(
+        finding(&d, "kv-preemption").severity,
+        twin_doctor::Severity::Critical
+    );
+    // ... but the same symptoms with next to nothing finished in the window are a WARNING,
+    // and the finding says what it rests on.
+    let mut obs = observation(&f);
+    for s in &mut obs.instances[0].snapshots {
+        set(&mut s.scrape, "vllm:request_success_total", None, |_| 1.0);
+    }
+    let d = analyze(&obs, &Options::default());
+    let pre = finding(&d, "kv-preemption");
+    assert_eq!(pre.severity, twin_doctor::Severity::Warning);
+    assert!(pre
+        .evidence
+        .iter()
+        .any(|e| e.metric == "requests_finished" && e.threshold.contains("too few requests")));
+    assert!(d.exit_code < 2);
+}
