@@ -248,6 +248,13 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
             .map(|row| (row.t_s as f64, f(row)))
             .collect()
     };
+    // Seconds without a sample have no mean: the line skips them rather than dropping to 0.
+    let sampled = |f: &dyn Fn(&crate::report::SecondRow) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.seconds
+            .iter()
+            .filter_map(|row| f(row).map(|v| (row.t_s as f64, v)))
+            .collect()
+    };
     vec![
         (
             "kv_cache_usage.svg",
@@ -296,15 +303,15 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
                 &[
                     Series {
                         label: "TTFT mean",
-                        points: t(&|x| x.ttft_mean_s),
+                        points: sampled(&|x| (x.ttft_n > 0).then_some(x.ttft_mean_s)),
                     },
                     Series {
                         label: "ITL mean",
-                        points: t(&|x| x.itl_mean_s),
+                        points: sampled(&|x| (x.itl_n > 0).then_some(x.itl_mean_s)),
                     },
                     Series {
                         label: "ITL max",
-                        points: t(&|x| x.itl_max_s),
+                        points: sampled(&|x| (x.itl_n > 0).then_some(x.itl_max_s)),
                     },
                 ],
                 None,
@@ -334,4 +341,43 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
             ),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine_args::parse_simulate_args;
+    use crate::{ReportBuilder, Slo};
+
+    #[test]
+    fn seconds_without_a_first_token_are_skipped_not_drawn_at_zero() {
+        // One short request every 10 s: most seconds see no first token.
+        let argv: Vec<String> =
+            "--num-requests 6 --request-rate 0.1 --constant-arrivals --output-len 4"
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+        let a = parse_simulate_args(&argv, &|_| Err(String::new())).unwrap();
+        let startup = crate::startup(&a.config).unwrap();
+        let mut b = ReportBuilder::new(Slo::default());
+        crate::run(&a.config, &startup, &mut b).unwrap();
+        let r = b.finish(1);
+        let with_ttft = r.seconds.iter().filter(|s| s.ttft_n > 0).count();
+        assert_eq!(with_ttft, 6);
+        assert!(r.seconds.len() > 40);
+        let charts = super::all(&r);
+        let svg = &charts
+            .iter()
+            .find(|(n, _)| *n == "latency_over_time.svg")
+            .unwrap()
+            .1;
+        // The first line is TTFT: one point per second that had one.
+        let d = svg
+            .split("<path d=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert_eq!(d.matches('L').count() + 1, with_ttft, "{d}");
+    }
 }

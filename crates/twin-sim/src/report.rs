@@ -39,10 +39,11 @@ pub struct SecondRow {
     pub tokens_per_step_mean: f64,
     #[serde(skip)]
     steps: u64,
+    /// TTFT / ITL samples in this second (a second without any has no mean to draw).
     #[serde(skip)]
-    ttft_n: u64,
+    pub(crate) ttft_n: u64,
     #[serde(skip)]
-    itl_n: u64,
+    pub(crate) itl_n: u64,
 }
 
 /// Accumulates everything while the run goes.
