@@ -45,13 +45,71 @@ pub fn line_chart(
     series: &[Series<'_>],
     y_max_hint: Option<f64>,
 ) -> String {
+    chart(title, x_label, y_label, series, y_max_hint, false)
+}
+
+/// [`line_chart`] with a log-scaled x axis, ticks at each decade of seconds (1 ms, 10 ms, …):
+/// latency CDFs whose TTFT and ITL would vanish at the left of a linear axis to 50 s.
+pub fn line_chart_log_x(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+    y_max_hint: Option<f64>,
+) -> String {
+    chart(title, x_label, y_label, series, y_max_hint, true)
+}
+
+/// A decade of seconds as a person reads it.
+fn fmt_seconds_decade(e: i32) -> String {
+    match e {
+        ..=-7 => format!("1e{e} s"),
+        -6 => "1 µs".into(),
+        -5 => "10 µs".into(),
+        -4 => "100 µs".into(),
+        -3 => "1 ms".into(),
+        -2 => "10 ms".into(),
+        -1 => "100 ms".into(),
+        0 => "1 s".into(),
+        1 => "10 s".into(),
+        2 => "100 s".into(),
+        3 => "1000 s".into(),
+        _ => format!("1e{e} s"),
+    }
+}
+
+fn chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+    y_max_hint: Option<f64>,
+    log_x: bool,
+) -> String {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-    let x_max = nice_max(xs.fold(0.0, f64::max));
+    let x_hi = xs.clone().fold(0.0, f64::max);
+    let x_lo = xs.filter(|&x| x > 0.0).fold(f64::INFINITY, f64::min);
+    // Linear: 0..nice max. Log: whole decades around the positive data.
+    let (e_lo, e_hi) = if x_lo.is_finite() && x_hi > 0.0 {
+        let lo = x_lo.log10().floor() as i32;
+        (lo, (x_hi.log10().ceil() as i32).max(lo + 1))
+    } else {
+        (-3, 0)
+    };
+    let x_max = nice_max(x_hi);
     let y_max = y_max_hint.unwrap_or_else(|| nice_max(ys.fold(0.0, f64::max)));
     let pw = W - PAD_L - PAD_R;
     let ph = H - PAD_T - PAD_B;
-    let px = |x: f64| PAD_L + (x / x_max).clamp(0.0, 1.0) * pw;
+    let fx = |x: f64| {
+        if log_x {
+            let e = x.max(10f64.powi(e_lo)).log10();
+            (e - f64::from(e_lo)) / f64::from(e_hi - e_lo)
+        } else {
+            x / x_max
+        }
+    };
+    let px = |x: f64| PAD_L + fx(x).clamp(0.0, 1.0) * pw;
     let py = |y: f64| PAD_T + ph - (y / y_max).clamp(0.0, 1.0) * ph;
     let mut s = String::new();
     let _ = write!(
@@ -62,16 +120,35 @@ pub fn line_chart(
     );
     for i in 0..=4 {
         let f = i as f64 / 4.0;
-        let (gx, gy) = (PAD_L + f * pw, PAD_T + ph - f * ph);
+        let gy = PAD_T + ph - f * ph;
         let _ = write!(
             s,
-            r##"<line x1="{PAD_L}" y1="{gy:.1}" x2="{:.1}" y2="{gy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{PAD_L}" y1="{gy:.1}" x2="{:.1}" y2="{gy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
             PAD_L + pw,
             PAD_L - 6.0,
             gy + 4.0,
             fmt_tick(f * y_max),
+        );
+    }
+    let x_ticks: Vec<(f64, String)> = if log_x {
+        (e_lo..=e_hi)
+            .map(|e| (px(10f64.powi(e)), fmt_seconds_decade(e)))
+            .collect()
+    } else {
+        (0..=4)
+            .map(|i| {
+                let f = i as f64 / 4.0;
+                (PAD_L + f * pw, fmt_tick(f * x_max))
+            })
+            .collect()
+    };
+    for (gx, label) in &x_ticks {
+        let _ = write!(
+            s,
+            r##"<line x1="{gx:.1}" y1="{PAD_T}" x2="{gx:.1}" y2="{:.1}" stroke="#f0f0f0"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            PAD_T + ph,
             PAD_T + ph + 16.0,
-            fmt_tick(f * x_max)
+            label
         );
     }
     let _ = write!(
@@ -319,9 +396,9 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
         ),
         (
             "latency_cdf.svg",
-            line_chart(
+            line_chart_log_x(
                 "Latency CDFs",
-                "seconds",
+                "seconds (log scale)",
                 "fraction of samples",
                 &[
                     Series {
@@ -379,5 +456,44 @@ mod tests {
             .next()
             .unwrap();
         assert_eq!(d.matches('L').count() + 1, with_ttft, "{d}");
+    }
+
+    #[test]
+    fn the_latency_cdf_has_a_log_x_axis_in_decades_of_seconds() {
+        let series = [
+            super::Series {
+                label: "ITL",
+                points: vec![(0.004, 0.1), (0.008, 0.9), (0.02, 1.0)],
+            },
+            super::Series {
+                label: "E2E",
+                points: vec![(1.5, 0.1), (30.0, 1.0)],
+            },
+        ];
+        let svg = super::line_chart_log_x("t", "seconds (log scale)", "f", &series, Some(1.0));
+        for tick in ["1 ms", "10 ms", "100 ms", "1 s", "10 s", "100 s"] {
+            assert!(svg.contains(&format!(">{tick}</text>")), "{tick}");
+        }
+        // On a log axis 4 ms and 8 ms are well apart; on a linear one to 100 s they would
+        // share a pixel.
+        let d = svg
+            .split("<path d=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let xs: Vec<f64> = d
+            .split(' ')
+            .map(|p| {
+                p.trim_start_matches(['M', 'L'])
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert!(xs[1] - xs[0] > 20.0, "{xs:?}");
     }
 }
