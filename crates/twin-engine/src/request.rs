@@ -63,29 +63,13 @@ pub enum KvTransfer {
     SendToRemote,
 }
 
-/// Where an async KV load stands (the `stage` label of
-/// `vllm:num_requests_kv_fetch_by_stage`). vLLM: `KV_FETCH_STAGES` in `v1/metrics/stats.py`.
+/// Where an async KV load stands; counts are kept in declaration order, which is vLLM's
+/// `KV_FETCH_STAGES` (`v1/metrics/stats.py`; twin-metrics names the `stage` labels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvFetchStage {
     WaitingToStart,
     InProgress,
     CompletedWaiting,
-}
-
-impl KvFetchStage {
-    pub const ALL: [KvFetchStage; 3] = [
-        KvFetchStage::WaitingToStart,
-        KvFetchStage::InProgress,
-        KvFetchStage::CompletedWaiting,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KvFetchStage::WaitingToStart => "waiting_to_start",
-            KvFetchStage::InProgress => "in_progress",
-            KvFetchStage::CompletedWaiting => "completed_waiting",
-        }
-    }
 }
 
 /// vLLM: `FinishReason`, with its string forms (the `finished_reason` label).

@@ -82,6 +82,6 @@ pub struct SchedulerStats {
     pub spec_decoding_stats: Option<SpecDecodingStats>,
     /// Sampled block residencies since the last stats (`--kv-cache-metrics`).
     pub kv_cache_eviction_events: Vec<crate::kv_cache::KvCacheEvictionEvent>,
-    /// Requests with an async KV load, by stage (`KvFetchStage::ALL` order).
+    /// Requests with an async KV load, by stage (`KvFetchStage` declaration order).
     pub num_kv_fetch_reqs_by_stage: [usize; 3],
 }

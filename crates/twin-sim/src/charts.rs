@@ -319,12 +319,6 @@ pub fn all(r: &Report) -> Vec<(&'static str, String)> {
 }
 
 fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
-    let t = |f: &dyn Fn(&crate::report::SecondRow) -> f64| -> Vec<(f64, f64)> {
-        r.seconds
-            .iter()
-            .map(|row| (row.t_s as f64, f(row)))
-            .collect()
-    };
     // Seconds without a sample have no mean: the line skips them rather than dropping to 0.
     let sampled = |f: &dyn Fn(&crate::report::SecondRow) -> Option<f64>| -> Vec<(f64, f64)> {
         r.seconds
@@ -332,6 +326,7 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
             .filter_map(|row| f(row).map(|v| (row.t_s as f64, v)))
             .collect()
     };
+    let t = |f: &dyn Fn(&crate::report::SecondRow) -> f64| sampled(&|row| Some(f(row)));
     vec![
         (
             "kv_cache_usage.svg",

@@ -1,5 +1,6 @@
 //! The V1 scheduler. vLLM: `vllm/v1/core/sched/`.
 
+mod block_fence;
 mod coasting;
 pub mod output;
 pub mod request_queue;

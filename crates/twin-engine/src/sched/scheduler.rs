@@ -11,6 +11,7 @@
 //! end (preemption, abort, the pass stopping early); `update_from_output` tells it which
 //! batch is applied and takes the entries it owes that batch.
 
+use super::block_fence::BlockFence;
 use super::coasting::{CoastEnv, Coasting};
 use super::output::{
     EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, ScheduledKind, ScheduledRequest,
@@ -128,19 +129,15 @@ pub struct Scheduler {
     /// Waiting requests that hold KV blocks (async KV loads, started or landed); drained
     /// before `waiting`. vLLM: `kv_holding_waiting`.
     kv_holding: RequestQueue,
-    /// Requests by async-load stage (`KvFetchStage::ALL` order). vLLM: `_kv_fetch_counts`.
+    /// Requests by async-load stage (`KvFetchStage` declaration order). vLLM: `_kv_fetch_counts`.
     kv_fetch_counts: [usize; 3],
     /// Loads started and not yet reported finished (the engine sleeps on them).
     num_parked_loads: usize,
     /// Finished requests whose blocks a transfer still holds.
     num_pinned: usize,
     /// A KV consumer with batches in flight frees blocks only once the steps that may write
-    /// them are processed. vLLM: `defer_block_free`, `sched_step_seq`, `processed_step_seq`,
-    /// `deferred_frees`.
-    defer_block_free: bool,
-    sched_step_seq: u64,
-    processed_step_seq: u64,
-    deferred_frees: std::collections::VecDeque<(u64, Vec<u32>)>,
+    /// them are processed.
+    fence: BlockFence,
     /// Loads started since the caller last took them: (request, tokens to load).
     started_loads: Vec<(ReqHandle, usize)>,
     running: Vec<ReqHandle>,
@@ -191,10 +188,7 @@ impl Scheduler {
             kv_fetch_counts: [0; 3],
             num_parked_loads: 0,
             num_pinned: 0,
-            defer_block_free: config.kv_consumer && config.max_concurrent_batches() > 1,
-            sched_step_seq: 0,
-            processed_step_seq: 0,
-            deferred_frees: std::collections::VecDeque::new(),
+            fence: BlockFence::new(config.kv_consumer && config.max_concurrent_batches() > 1),
             started_loads: Vec::new(),
             cache_aware_window: if config.policy == SchedulingPolicy::Fcfs
                 && config.enable_prefix_caching
@@ -372,7 +366,7 @@ impl Scheduler {
         self.num_parked_loads > 0 || self.num_pinned > 0
     }
 
-    /// Requests with an async KV load, by stage (`KvFetchStage::ALL` order).
+    /// Requests with an async KV load, by stage (`KvFetchStage` declaration order).
     pub fn kv_fetch_counts(&self) -> [usize; 3] {
         self.kv_fetch_counts
     }
@@ -414,49 +408,10 @@ impl Scheduler {
     /// A finished request's held blocks back to the pool, and the request dropped.
     /// vLLM: `Scheduler._free_blocks`.
     fn release_pinned_blocks(&mut self, h: ReqHandle) {
-        let fence = self.free_fence();
         if let Some(mut req) = self.requests.remove(h) {
             debug_assert!(req.kv_blocks_pinned);
             self.num_pinned -= 1;
-            Self::free_request_blocks(&mut self.kv, &mut self.deferred_frees, fence, &mut req);
-        }
-    }
-
-    /// Give `r`'s blocks back, or hold them until the step that may still write them is
-    /// processed. vLLM: `Scheduler._free_request_blocks`.
-    fn free_request_blocks(
-        kv: &mut KVCacheManager,
-        deferred: &mut std::collections::VecDeque<(u64, Vec<u32>)>,
-        (defer, sched_seq, processed_seq): (bool, u64, u64),
-        r: &mut Request,
-    ) {
-        if defer && r.last_sched_seq > processed_seq {
-            let blocks = kv.pop_blocks_for_free(r);
-            if !blocks.is_empty() {
-                deferred.push_back((sched_seq, blocks));
-            }
-        } else {
-            kv.free(r);
-        }
-    }
-
-    fn free_fence(&self) -> (bool, u64, u64) {
-        (
-            self.defer_block_free,
-            self.sched_step_seq,
-            self.processed_step_seq,
-        )
-    }
-
-    /// Deferred frees whose step is processed, tail blocks first. vLLM:
-    /// `Scheduler._drain_deferred_frees`.
-    fn drain_deferred_frees(&mut self) {
-        while let Some((fence, _)) = self.deferred_frees.front() {
-            if *fence > self.processed_step_seq {
-                break;
-            }
-            let (_, blocks) = self.deferred_frees.pop_front().expect("front exists");
-            self.kv.block_pool.free_blocks(blocks.iter().rev().copied());
+            self.fence.free(&mut self.kv, &mut req);
         }
     }
 
@@ -669,7 +624,7 @@ impl Scheduler {
             if self.kv.allocate_slots(r, args, &mut out.block_ids) {
                 return Allocation::Allocated;
             }
-            if self.defer_block_free {
+            if self.fence.is_on() {
                 // A victim still written by a step in flight frees nothing now.
                 let victim = if self.config.policy == SchedulingPolicy::Priority {
                     self.priority_victim()
@@ -679,7 +634,7 @@ impl Scheduler {
                         .last()
                         .expect("running holds the current request")
                 };
-                if self.requests.req(victim).last_sched_seq > self.processed_step_seq {
+                if self.fence.still_written(self.requests.req(victim)) {
                     return Allocation::Failed;
                 }
             }
@@ -1135,10 +1090,10 @@ impl Scheduler {
         }
         // vLLM advances the fence only for steps that write KV; `_update_after_schedule`
         // stamps each scheduled request with it.
-        if self.defer_block_free && total > 0 {
-            self.sched_step_seq += 1;
+        if self.fence.is_on() && total > 0 {
+            let seq = self.fence.step_scheduled();
             for e in &out.scheduled {
-                self.requests.req_mut(e.handle).last_sched_seq = self.sched_step_seq;
+                self.requests.req_mut(e.handle).last_sched_seq = seq;
             }
         }
         if self.local_prefill_interval > 1 && (plan.prefill_scheduled || plan.prefill_admitted) {
@@ -1219,14 +1174,13 @@ impl Scheduler {
 
     /// vLLM: `Scheduler._preempt_request` (the caller has removed it from `running`).
     fn preempt_request(&mut self, h: ReqHandle, now_s: f64) {
-        let fence = self.free_fence();
         let r = self.requests.req_mut(h);
         assert_eq!(
             r.status,
             RequestStatus::Running,
             "only running requests can be preempted"
         );
-        Self::free_request_blocks(&mut self.kv, &mut self.deferred_frees, fence, r);
+        self.fence.free(&mut self.kv, r);
         r.status = RequestStatus::Preempted;
         r.num_computed_tokens = 0;
         r.spec_token_ids.clear();
@@ -1277,9 +1231,8 @@ impl Scheduler {
         outputs.clear();
         outputs.step = so.step;
         // Every write of this and earlier steps is done: deferred frees can go back.
-        if self.defer_block_free && so.total_num_scheduled_tokens > 0 {
-            self.processed_step_seq += 1;
-            self.drain_deferred_frees();
+        if self.fence.is_on() && so.total_num_scheduled_tokens > 0 {
+            self.fence.step_processed(&mut self.kv);
         }
         let mut spec_stats: Option<SpecDecodingStats> = None;
         self.stopped.clear();
@@ -1489,10 +1442,9 @@ impl Scheduler {
             self.finished_req_ids.push(h);
             return;
         }
-        let fence = self.free_fence();
         let mut req = self.requests.remove(h).expect("freeing a live request");
         debug_assert!(req.is_finished());
-        Self::free_request_blocks(&mut self.kv, &mut self.deferred_frees, fence, &mut req);
+        self.fence.free(&mut self.kv, &mut req);
         self.finished_req_ids.push(h);
     }
 
@@ -1528,11 +1480,7 @@ impl Scheduler {
             .iter()
             .map(|r| r.block_ids.len())
             .sum::<usize>()
-            + self
-                .deferred_frees
-                .iter()
-                .map(|(_, b)| b.len())
-                .sum::<usize>();
+            + self.fence.num_blocks_held();
         assert!(
             held >= self.kv.block_pool.num_referenced_blocks(),
             "a referenced block has no holder"

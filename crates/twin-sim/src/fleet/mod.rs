@@ -364,17 +364,77 @@ struct FleetDispatch {
     pd: Option<PdLoop>,
 }
 
+/// Items due at a time, earliest first, then in the order they were queued.
+struct TimedQueue<T> {
+    heap: BinaryHeap<Reverse<Timed<T>>>,
+    next_seq: u64,
+}
+
+struct Timed<T> {
+    t_s: crate::driver::TimeKey,
+    seq: u64,
+    item: T,
+}
+
+impl<T> PartialEq for Timed<T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.t_s, self.seq) == (other.t_s, other.seq)
+    }
+}
+
+impl<T> Eq for Timed<T> {}
+
+impl<T> PartialOrd for Timed<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T> Ord for Timed<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.t_s, self.seq).cmp(&(other.t_s, other.seq))
+    }
+}
+
+impl<T> TimedQueue<T> {
+    fn new() -> Self {
+        TimedQueue {
+            heap: BinaryHeap::new(),
+            next_seq: 0,
+        }
+    }
+
+    fn push(&mut self, t_s: f64, item: T) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.heap.push(Reverse(Timed {
+            t_s: crate::driver::TimeKey(t_s),
+            seq,
+            item,
+        }));
+    }
+
+    fn next_s(&self) -> Option<f64> {
+        self.heap.peek().map(|Reverse(x)| x.t_s.0)
+    }
+
+    /// The earliest item, if it is due by `t_s`, with its time.
+    fn pop_due(&mut self, t_s: f64) -> Option<(f64, T)> {
+        if self.next_s()? > t_s {
+            return None;
+        }
+        self.heap.pop().map(|Reverse(x)| (x.t_s.0, x.item))
+    }
+}
+
 /// The P/D proxy's part of the loop: prefills handed off to decode instances, and the KV
 /// transfers in flight.
 struct PdLoop {
     link: KvLink,
-    /// Finished prefills by time (then order), waiting to go to a decode instance.
-    handoffs: BinaryHeap<Reverse<(crate::driver::TimeKey, u64)>>,
-    handoff_slots: std::collections::HashMap<u64, Handoff>,
-    /// KV loads by completion time (then order).
-    transfers: BinaryHeap<Reverse<(crate::driver::TimeKey, u64)>>,
-    transfer_slots: std::collections::HashMap<u64, Transfer>,
-    next_seq: u64,
+    /// Finished prefills, waiting to go to a decode instance.
+    handoffs: TimedQueue<Handoff>,
+    /// KV loads by completion time.
+    transfers: TimedQueue<Transfer>,
     /// Scratch for the engines' started loads.
     started: Vec<(ReqHandle, usize)>,
     /// Seconds of KV transfer, and bytes, over the run (the report's P/D summary).
@@ -521,31 +581,13 @@ impl FleetState {
 }
 
 impl FleetDispatch {
-    /// The router's pick among `candidates`, then vLLM's DP balancer inside the replica.
-    fn route_among(
-        &mut self,
-        spec: &RequestSpec,
-        candidates: &[usize],
-        engines: &Engines,
-    ) -> usize {
-        let state = &self.state;
-        let r = self
-            .router
-            .route(spec, candidates, &state.names, &|r| state.load(engines, r));
-        pick_engine(&engines.slots, state.replicas[r].engines.clone())
-    }
-
     /// Take engine `e`'s finished prefills and started KV loads (P/D).
     fn collect_pd(&mut self, e: usize, slot: &mut EngineSlot, t_s: f64) {
         let Some(pd) = self.pd.as_mut() else {
             return;
         };
         for h in slot.handoffs.drain(..) {
-            let seq = pd.next_seq;
-            pd.next_seq += 1;
-            pd.handoffs
-                .push(Reverse((crate::driver::TimeKey(h.t_s), seq)));
-            pd.handoff_slots.insert(seq, h);
+            pd.handoffs.push(h.t_s, h);
         }
         slot.core_mut().take_started_kv_loads(&mut pd.started);
         if pd.started.is_empty() {
@@ -568,12 +610,8 @@ impl FleetDispatch {
             pd.transfer_s_total += dt;
             pd.transfer_bytes_total += bytes;
             pd.num_transfers += 1;
-            let seq = pd.next_seq;
-            pd.next_seq += 1;
-            pd.transfers
-                .push(Reverse((crate::driver::TimeKey(t_s + dt), seq)));
-            pd.transfer_slots.insert(
-                seq,
+            pd.transfers.push(
+                t_s + dt,
                 Transfer {
                     decode_engine: e,
                     decode_handle: h,
@@ -590,12 +628,7 @@ impl FleetDispatch {
         let Some(pd) = self.pd.as_mut() else {
             return;
         };
-        while let Some(&Reverse((crate::driver::TimeKey(done_s), seq))) = pd.transfers.peek() {
-            if done_s > t_s {
-                break;
-            }
-            pd.transfers.pop();
-            let tr = pd.transfer_slots.remove(&seq).expect("a queued transfer");
+        while let Some((done_s, tr)) = pd.transfers.pop_due(t_s) {
             let d = &mut engines.slots[tr.decode_engine];
             d.core_mut().finish_kv_load(tr.decode_handle);
             d.wake_at(done_s);
@@ -609,18 +642,27 @@ impl FleetDispatch {
     }
 }
 
+/// The router's pick among `candidates`, then vLLM's DP balancer inside the replica.
+fn route_among(
+    router: &mut Router,
+    state: &FleetState,
+    spec: &RequestSpec,
+    candidates: &[usize],
+    engines: &Engines,
+) -> usize {
+    let r = router.route(spec, candidates, &state.names, &|r| state.load(engines, r));
+    pick_engine(&engines.slots, state.replicas[r].engines.clone())
+}
+
 impl Dispatch for FleetDispatch {
     fn route(&mut self, spec: &RequestSpec, engines: &Engines) -> usize {
-        let candidates = if self.pd.is_some() {
-            self.state.in_service_for(false)
+        let state = &self.state;
+        if self.pd.is_some() {
+            let candidates = state.in_service_for(false);
+            route_among(&mut self.router, state, spec, &candidates, engines)
         } else {
-            std::mem::take(&mut self.state.in_service)
-        };
-        let e = self.route_among(spec, &candidates, engines);
-        if self.pd.is_none() {
-            self.state.in_service = candidates;
+            route_among(&mut self.router, state, spec, &state.in_service, engines)
         }
-        e
     }
 
     fn phase_of_arrival(&self, e: usize) -> PdPhase {
@@ -633,16 +675,14 @@ impl Dispatch for FleetDispatch {
     }
 
     fn next_internal_arrival_s(&self) -> Option<f64> {
-        let pd = self.pd.as_ref()?;
-        pd.handoffs.peek().map(|Reverse((t, _))| t.0)
+        self.pd.as_ref()?.handoffs.next_s()
     }
 
     fn pop_internal_arrival(&mut self, engines: &Engines) -> Option<(RequestSpec, usize, PdPhase)> {
         let pd = self.pd.as_mut()?;
-        let Reverse((_, seq)) = pd.handoffs.pop()?;
-        let h = pd.handoff_slots.remove(&seq).expect("a queued handoff");
+        let (_, h) = pd.handoffs.pop_due(f64::INFINITY)?;
         let candidates = self.state.in_service_for(true);
-        let e = self.route_among(&h.spec, &candidates, engines);
+        let e = route_among(&mut self.router, &self.state, &h.spec, &candidates, engines);
         let phase = PdPhase::Decode {
             client_arrival_s: h.spec.arrival_time_s,
             prefill_engine: h.prefill_engine,
@@ -665,8 +705,7 @@ impl Dispatch for FleetDispatch {
     }
 
     fn next_transfer_s(&self) -> Option<f64> {
-        let pd = self.pd.as_ref()?;
-        pd.transfers.peek().map(|Reverse((t, _))| t.0)
+        self.pd.as_ref()?.transfers.next_s()
     }
 
     fn next_timer_s(&self) -> Option<f64> {
@@ -802,7 +841,7 @@ pub fn from_args(
             message: e,
         })
     };
-    let pools = match &fleet.replica_spec {
+    let mut pools = match &fleet.replica_spec {
         Some(path) => {
             let specs = spec::parse_replica_spec(path, &file("--replica-spec", path)?)?;
             spec::build_pools(path, &specs, args, read_file)?
@@ -834,7 +873,6 @@ pub fn from_args(
         },
     };
     let disaggregated = pools.iter().any(|p| p.role != PoolRole::Both);
-    let mut pools = pools;
     for p in &mut pools {
         // vLLM's P/D examples start both sides with `kv_role: kv_both`: a KV consumer
         // (deferred block frees under async scheduling, the KV-fetch gauge).
@@ -967,11 +1005,8 @@ pub fn run_fleet(
             autoscale,
             pd: fleet.pd.map(|link| PdLoop {
                 link,
-                handoffs: BinaryHeap::new(),
-                handoff_slots: Default::default(),
-                transfers: BinaryHeap::new(),
-                transfer_slots: Default::default(),
-                next_seq: 0,
+                handoffs: TimedQueue::new(),
+                transfers: TimedQueue::new(),
                 started: Vec::new(),
                 transfer_s_total: 0.0,
                 transfer_bytes_total: 0.0,
