@@ -121,6 +121,11 @@ const TWIN_FLAGS: &[(&str, Option<&str>, &str)] = &[
     ),
     ("quiet", None, "no progress bar"),
     (
+        "find-max-rate",
+        None,
+        "find the highest rate this configuration sustains (the queue stops growing; with --slo-*, 95% meet them) by bisection on the same workload",
+    ),
+    (
         "no-coast-decodes",
         None,
         "visit every decode every step (same results, slower; for checking)",
@@ -635,6 +640,8 @@ pub struct SimulateArgs {
     pub out_dir: Option<PathBuf>,
     pub json: bool,
     pub quiet: bool,
+    /// `--find-max-rate`: search the sustainable rate instead of reporting one run.
+    pub find_max_rate: bool,
     pub metrics_out: Option<PathBuf>,
     pub scrape_interval_s: Option<f64>,
     pub scrapes_out: Option<PathBuf>,
@@ -993,6 +1000,7 @@ pub fn simulate_from_matches(
     let out_dir = twin("out").map(PathBuf::from);
     let json = twin_flag("json");
     let quiet = twin_flag("quiet");
+    let find_max_rate = twin_flag("find-max-rate");
     let coast_decodes = !twin_flag("no-coast-decodes");
     let mut slo = Slo::default();
     for (id, field) in [
@@ -1190,6 +1198,7 @@ pub fn simulate_from_matches(
         out_dir,
         json,
         quiet,
+        find_max_rate,
         metrics_out,
         scrape_interval_s,
         scrapes_out,

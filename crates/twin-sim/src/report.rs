@@ -11,6 +11,7 @@ use twin_workload::RequestSpec;
 
 use crate::driver::RequestTimes;
 use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
+use crate::overload::{Overload, QueueTrend};
 use crate::quantiles::LogHistogram;
 
 /// Service-level objectives for goodput (a request meets them all or it does not count).
@@ -79,6 +80,12 @@ pub struct ReportBuilder {
     waiting_max: usize,
     waiting_sum: f64,
     gpu_busy_s: f64,
+    /// HBM bytes and tensor FLOPs over their peaks, weighted by GPU-busy time.
+    dram_active_s: f64,
+    tensor_active_s: f64,
+    queue_trend: QueueTrend,
+    /// Arrivals come at a rate (not from a fixed set of clients): the queue can grow.
+    open_loop: bool,
     first_arrival_s: Option<f64>,
     last_event_s: f64,
     seconds: Vec<SecondRow>,
@@ -140,6 +147,8 @@ impl Observer for ReportBuilder {
         let mut tpot = None;
         if let (Some(sched), Some(first)) = (t.scheduled_s, t.first_token_s) {
             self.queue.record(sched - t.queued_s);
+            self.queue_trend
+                .record(t.client_arrival_s, sched - t.client_arrival_s);
             self.prefill.record(first - sched);
             let decode = t.last_token_s - first;
             self.decode.record(decode);
@@ -191,6 +200,8 @@ impl Observer for ReportBuilder {
         }
         if let Some(c) = &s.cost {
             self.gpu_busy_s += c.gpu_time_s;
+            self.dram_active_s += c.utilisation.dram_active * c.step_time_s;
+            self.tensor_active_s += c.utilisation.tensor_active * c.step_time_s;
         }
         let row = second(&mut self.seconds, s.t_s);
         row.preemptions += s.num_preempted as u64;
@@ -280,7 +291,16 @@ pub struct Report {
     pub mean_tokens_per_step: f64,
     pub share_of_steps_at_token_budget: f64,
     pub computed_prompt_tokens: u64,
+    /// Share of the run a kernel was running (DCGM's GPU utilisation): near 100% whenever a
+    /// request is running at all, however light the step.
     pub gpu_busy_share: f64,
+    /// How hard the GPU worked: HBM bytes moved and tensor FLOPs over their peaks (DCGM's
+    /// DRAM and tensor-pipe activity), over the run.
+    pub hbm_bandwidth_share: f64,
+    pub tensor_core_share: f64,
+    /// Did the queue keep growing (open-loop arrivals only; absent when too short to judge)?
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overload: Option<Overload>,
     /// Prefix-cache hits and queries in tokens (the rate's parts, for fleet-wide sums).
     #[serde(skip)]
     pub prefix_cache_hits: u64,
@@ -311,6 +331,13 @@ impl ReportBuilder {
         }
     }
 
+    /// Judge overload when arrivals come at a rate (open loop or a trace); a closed loop's
+    /// queue is bounded by its clients.
+    pub fn with_arrivals(mut self, arrivals: &twin_workload::Arrivals) -> Self {
+        self.open_loop = !matches!(arrivals, twin_workload::Arrivals::Closed { .. });
+        self
+    }
+
     pub fn num_finished(&self) -> u64 {
         self.finished + self.rejected
     }
@@ -337,11 +364,13 @@ impl ReportBuilder {
             row.num_waiting_mean /= n as f64;
         }
         let stat_count = self.steps_with_tokens.max(1) as f64;
+        let requests_per_s = self.finished as f64 / duration;
+        let engine_s = duration * num_engines.max(1) as f64;
         Report {
             duration_s: duration,
             num_finished: self.finished,
             num_rejected: self.rejected,
-            requests_per_s: self.finished as f64 / duration,
+            requests_per_s,
             input_tokens_per_s: self.prompt_tokens_total as f64 / duration,
             output_tokens_per_s: self.generation_tokens_total as f64 / duration,
             goodput_requests_per_s: self.goodput_ok as f64 / duration,
@@ -371,7 +400,10 @@ impl ReportBuilder {
             mean_tokens_per_step: self.scheduled_tokens as f64 / stat_count,
             share_of_steps_at_token_budget: self.steps_at_budget as f64 / stat_count,
             computed_prompt_tokens: self.prompt_tokens_computed,
-            gpu_busy_share: (self.gpu_busy_s / (duration * num_engines.max(1) as f64)).min(1.0),
+            gpu_busy_share: (self.gpu_busy_s / engine_s).min(1.0),
+            hbm_bandwidth_share: (self.dram_active_s / engine_s).min(1.0),
+            tensor_core_share: (self.tensor_active_s / engine_s).min(1.0),
+            overload: self.queue_trend.verdict(self.open_loop, requests_per_s),
             prefix_cache_hits: self.prefix_hits,
             prefix_cache_queries: self.prefix_queries,
             fleet: None,
@@ -476,8 +508,10 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  GPU busy                {:.1}%",
-            self.gpu_busy_share * 100.0
+            "  GPU busy                {:.1}% of the time a kernel ran; HBM bandwidth {:.1}%, tensor cores {:.1}% of peak",
+            self.gpu_busy_share * 100.0,
+            self.hbm_bandwidth_share * 100.0,
+            self.tensor_core_share * 100.0
         );
         let reasons: Vec<String> = self
             .finish_reasons
@@ -487,6 +521,9 @@ impl Report {
         let _ = writeln!(s, "  finish reasons          {}", reasons.join("  "));
         if let Some(f) = &self.fleet {
             s.push_str(&f.render_text());
+        }
+        if let Some(o) = &self.overload {
+            s.push_str(&o.render_text());
         }
         s
     }

@@ -77,6 +77,10 @@ pub fn run(
                 a.pod_startup.engine_init_s
             );
         }
+        println!(
+            "workload: {}",
+            twin_sim::overload::describe_offered_load(&sim.config.workload)
+        );
         for n in &sim.notes {
             println!("note: {n}");
         }
@@ -93,7 +97,7 @@ pub fn run(
         scrape_interval_s: sim.scrape_interval_s,
         enable_mfu_metrics: sim.config.enable_mfu_metrics,
     });
-    let mut builder = ReportBuilder::new(sim.slo);
+    let mut builder = ReportBuilder::new(sim.slo).with_arrivals(&sim.config.workload.arrivals);
     let total = sim.config.workload.num_requests as u64;
     let mut progress = Progress::new(total, !sim.quiet && std::io::stderr().is_terminal());
     let t0 = Instant::now();

@@ -94,6 +94,10 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         }
     };
     if let Some(fleet) = sim.fleet.clone() {
+        if sim.find_max_rate {
+            eprintln!("error: --find-max-rate: searches one `vllm serve` (its DP ranks included), not a fleet; drop --replicas / --router / --replica-spec / --pd");
+            return Ok(ExitCode::from(2));
+        }
         return crate::fleet::run(args, &sim, &fleet, &read);
     }
     let startup = match twin_sim::startup(&sim.config) {
@@ -115,6 +119,10 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             sim.model_name,
             startup.gpus_phrase(sim.config.data_parallel_size)
         );
+        println!(
+            "workload: {}",
+            twin_sim::overload::describe_offered_load(&sim.config.workload)
+        );
         for n in &sim.notes {
             println!("note: {n}");
         }
@@ -129,7 +137,10 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             eprintln!("note: {n}");
         }
     }
-    let mut builder = ReportBuilder::new(sim.slo);
+    if sim.find_max_rate {
+        return find_max_rate(&sim, &startup);
+    }
+    let mut builder = ReportBuilder::new(sim.slo).with_arrivals(&sim.config.workload.arrivals);
     let total = sim.config.workload.num_requests as u64;
     let mut progress = Progress::new(total, !sim.quiet && std::io::stderr().is_terminal());
     let want_metrics = sim.metrics_out.is_some() || sim.scrapes_out.is_some();
@@ -182,6 +193,34 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     }
     if let Some(dir) = &sim.out_dir {
         write_out_dir(dir, &report, text_out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--find-max-rate`: the search's table (or JSON) instead of one run's report.
+fn find_max_rate(
+    sim: &twin_sim::engine_args::SimulateArgs,
+    startup: &twin_sim::Startup,
+) -> Result<ExitCode> {
+    let t0 = Instant::now();
+    let search = match twin_sim::max_rate::find_max_rate(&sim.config, startup, sim.slo) {
+        Ok(s) => s,
+        Err(e @ SimError::Config { .. }) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => return Err(e).context("simulation"),
+    };
+    if sim.json {
+        println!("{}", serde_json::to_string_pretty(&search)?);
+    } else {
+        print!("{}", search.render_text());
+        println!(
+            "\n({} simulations of {} requests in {:.2} s of wall time)",
+            search.probes.len(),
+            sim.config.workload.num_requests,
+            t0.elapsed().as_secs_f64()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

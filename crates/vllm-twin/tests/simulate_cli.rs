@@ -431,3 +431,129 @@ fn trace_speedup_compresses_a_replayed_trace() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn the_offered_load_is_printed_and_an_overload_is_named() {
+    let out = twin(&[
+        "simulate",
+        "--quiet",
+        "--num-requests",
+        "1500",
+        "--request-rate",
+        "60",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("workload: 1500 requests, Poisson arrivals at 60.00 req/s"),
+        "{text}"
+    );
+    assert!(text.contains("OVERLOADED: requests arrived at"), "{text}");
+    assert!(text.contains("--find-max-rate"), "{text}");
+    let calm = twin(&[
+        "simulate",
+        "--quiet",
+        "--num-requests",
+        "600",
+        "--request-rate",
+        "5",
+    ]);
+    let calm = String::from_utf8_lossy(&calm.stdout);
+    assert!(!calm.contains("OVERLOADED"), "{calm}");
+
+    let over = json_report(&["--num-requests", "1500", "--request-rate", "60"]);
+    let o = &over["overload"];
+    assert_eq!(o["overloaded"], true, "{o}");
+    let offered = o["offered_requests_per_s"].as_f64().unwrap();
+    let served = o["served_requests_per_s"].as_f64().unwrap();
+    assert!((50.0..70.0).contains(&offered), "{o}");
+    assert!(served < 0.8 * offered, "{o}");
+    assert!(
+        o["queue_late_mean_s"].as_f64().unwrap() > 5.0 * o["queue_early_mean_s"].as_f64().unwrap(),
+        "{o}"
+    );
+    let calm = json_report(&["--num-requests", "600", "--request-rate", "5"]);
+    assert_eq!(calm["overload"]["overloaded"], false);
+    // A closed loop has no arrival rate to exceed.
+    let closed = json_report(&["--num-requests", "300", "--max-concurrency", "64"]);
+    assert!(closed.get("overload").is_none(), "{closed}");
+}
+
+#[test]
+fn gpu_busy_comes_with_how_hard_the_gpu_worked() {
+    // One request at a time keeps a kernel running most of the time while the tensor cores
+    // idle: "GPU busy" alone read as a saturated GPU.
+    let light = json_report(&["--num-requests", "100", "--request-rate", "1"]);
+    let heavy = json_report(&["--num-requests", "1500", "--request-rate", "40"]);
+    let busy = light["gpu_busy_share"].as_f64().unwrap();
+    let tensor_light = light["tensor_core_share"].as_f64().unwrap();
+    let tensor_heavy = heavy["tensor_core_share"].as_f64().unwrap();
+    assert!(busy > 0.3, "{busy}");
+    assert!(tensor_light < 0.1, "{tensor_light}");
+    assert!(
+        tensor_heavy > 5.0 * tensor_light,
+        "{tensor_light} vs {tensor_heavy}"
+    );
+    assert!(light["hbm_bandwidth_share"].as_f64().unwrap() > 0.0);
+    let out = twin(&[
+        "simulate",
+        "--quiet",
+        "--num-requests",
+        "100",
+        "--request-rate",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("of the time a kernel ran; HBM bandwidth"),
+        "{text}"
+    );
+}
+
+#[test]
+fn find_max_rate_brackets_the_knee_of_the_same_workload() {
+    let args = ["--num-requests", "1500", "--request-rate", "10"];
+    let mut a = vec!["simulate", "--json", "--quiet", "--find-max-rate"];
+    a.extend_from_slice(&args);
+    let out = twin(&a);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let max = s["max_requests_per_s"].as_f64().unwrap();
+    let over = s["first_unsustained_requests_per_s"].as_f64().unwrap();
+    assert!(max < over && (over - max) / over <= 0.021, "{s}");
+    // The search's answer holds when run plainly: no overload at the max, overload above.
+    let at = |rate: f64| {
+        let r = format!("{rate}");
+        json_report(&["--num-requests", "1500", "--request-rate", &r])
+    };
+    assert_eq!(at(max)["overload"]["overloaded"], false);
+    assert_eq!(at(over * 1.1)["overload"]["overloaded"], true);
+    // Deterministic.
+    let again = twin(&a);
+    assert_eq!(out.stdout, again.stdout);
+
+    // A TTFT SLO can only lower the sustainable rate.
+    let mut slo = a.clone();
+    slo.extend_from_slice(&["--slo-ttft-ms", "150"]);
+    let out = twin(&slo);
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let with_slo = s["max_requests_per_s"].as_f64().unwrap();
+    assert!(with_slo < max, "{with_slo} vs {max}");
+
+    // Out of reach: an SLO no lone request meets ends the search with that answer.
+    let mut never = a.clone();
+    never.extend_from_slice(&["--slo-ttft-ms", "1"]);
+    let out = twin(&never);
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(s["max_requests_per_s"].is_null(), "{s}");
+    assert!(s["probes"].as_array().unwrap().len() < 10, "{s}");
+
+    // No rate to find.
+    let out = twin(&["simulate", "--find-max-rate", "--max-concurrency", "8"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("closed loop"));
+}

@@ -1,0 +1,307 @@
+//! `simulate --find-max-rate`: the highest arrival rate a configuration sustains, found by
+//! re-running the same workload (same seed, so the same lengths and the same arrival gaps,
+//! scaled) at other rates and bisecting on the knee, like guidellm's sweep finds the edge of
+//! its constant-rate runs. A rate is sustained when the queue stops growing and, with
+//! `--slo-*`, when at least [`SLO_ATTAINMENT`] of the requests meet every SLO.
+
+use serde::Serialize;
+use twin_workload::{ArrivalProcess, Arrivals, RateProfile};
+
+use crate::report::{ReportBuilder, Slo};
+use crate::{SimConfig, SimError, Startup};
+
+/// Share of requests that must meet every SLO (the goodput share) for a rate to count.
+pub const SLO_ATTAINMENT: f64 = 0.95;
+/// Bisection stops when the bracket is this tight (relative to its top).
+pub const RELATIVE_TOLERANCE: f64 = 0.02;
+/// Doublings or halvings from the workload's own rate before giving up on a bracket.
+const MAX_BRACKET_STEPS: u32 = 16;
+/// Probes in all (bracketing plus bisection).
+const MAX_PROBES: usize = 40;
+
+/// One simulation at one rate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RateProbe {
+    /// Factor applied to the workload's rate (1 = as given).
+    pub factor: f64,
+    /// The workload's nominal rate times the factor.
+    pub requests_per_s: f64,
+    pub sustained: bool,
+    /// Why not, in words (empty when sustained).
+    pub reason: String,
+    /// Finished requests over the run, its drain included (the capacity only when overloaded).
+    pub served_requests_per_s: f64,
+    pub goodput_share: f64,
+    pub ttft_p95_s: f64,
+    pub tpot_p95_s: f64,
+    /// Mean queue time of the last fifth of arrivals.
+    pub queue_late_mean_s: f64,
+}
+
+/// The search's answer (`--find-max-rate --json` prints this).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MaxRateSearch {
+    /// The highest rate found sustained (None: not even the lowest probe).
+    pub max_requests_per_s: Option<f64>,
+    /// The same as a factor on the workload's rate (for a trace: a --trace-speedup).
+    pub max_factor: Option<f64>,
+    /// The lowest rate found not sustained (None: never broke within the search).
+    pub first_unsustained_requests_per_s: Option<f64>,
+    pub slo: Slo,
+    pub slo_attainment: f64,
+    /// What the rate means for this workload ("Poisson rate", "peak of the step profile", …).
+    pub rate_meaning: &'static str,
+    pub probes: Vec<RateProbe>,
+}
+
+/// The workload's nominal rate and what it means, or why it has none.
+fn nominal_rate(workload: &twin_workload::WorkloadSpec) -> Result<(f64, &'static str), SimError> {
+    match &workload.arrivals {
+        Arrivals::Open(p) => Ok(match &p.rate {
+            RateProfile::Constant(r) => (*r, "--request-rate"),
+            profile => (
+                profile.max_rate(),
+                "the profile's peak rate; the whole profile scales",
+            ),
+        }),
+        Arrivals::Trace(records) => {
+            // The run replays the first `num_requests` records.
+            let records = &records[..workload.num_requests.min(records.len())];
+            let span_s = records.last().map_or(0.0, |r| r.arrival_time_s)
+                - records.first().map_or(0.0, |r| r.arrival_time_s);
+            if records.len() < 2 || span_s <= 0.0 {
+                return Err(SimError::Config {
+                    field: "--find-max-rate".into(),
+                    message:
+                        "the trace has no arrival rate (fewer than two distinct arrival times)"
+                            .into(),
+                });
+            }
+            Ok((
+                (records.len() - 1) as f64 / span_s,
+                "the trace's mean rate; its gaps scale as --trace-speedup does",
+            ))
+        }
+        Arrivals::Closed { .. } => Err(SimError::Config {
+            field: "--find-max-rate".into(),
+            message: "needs arrivals at a rate (--request-rate, --rate-profile or a trace); a \
+                      closed loop (--max-concurrency, --request-rate inf) has none"
+                .into(),
+        }),
+    }
+}
+
+/// The same arrivals at `factor` times the rate.
+fn scaled(arrivals: &Arrivals, factor: f64) -> Arrivals {
+    match arrivals {
+        Arrivals::Open(p) => Arrivals::Open(ArrivalProcess {
+            shape: p.shape.clone(),
+            rate: match &p.rate {
+                RateProfile::Constant(r) => RateProfile::Constant(r * factor),
+                // The profile's shape in time stays; every rate scales.
+                RateProfile::Steps(pieces) => {
+                    RateProfile::Steps(pieces.iter().map(|&(t, r)| (t, r * factor)).collect())
+                }
+                RateProfile::Ramp { from, to, over_s } => RateProfile::Ramp {
+                    from: from * factor,
+                    to: to * factor,
+                    over_s: *over_s,
+                },
+            },
+        }),
+        Arrivals::Trace(records) => Arrivals::Trace(
+            records
+                .iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    r.arrival_time_s /= factor;
+                    r
+                })
+                .collect(),
+        ),
+        closed @ Arrivals::Closed { .. } => closed.clone(),
+    }
+}
+
+fn probe(
+    config: &SimConfig,
+    startup: &Startup,
+    slo: Slo,
+    factor: f64,
+    nominal: f64,
+) -> Result<RateProbe, SimError> {
+    let mut cfg = config.clone();
+    cfg.workload.arrivals = scaled(&config.workload.arrivals, factor);
+    let mut b = ReportBuilder::new(slo).with_arrivals(&cfg.workload.arrivals);
+    crate::run(&cfg, startup, &mut b)?;
+    let r = b.finish(cfg.data_parallel_size);
+    let goodput_share = if r.requests_per_s > 0.0 {
+        r.goodput_requests_per_s / r.requests_per_s
+    } else {
+        0.0
+    };
+    let mut reasons = Vec::new();
+    if let Some(o) = r.overload.as_ref().filter(|o| o.overloaded) {
+        reasons.push(format!(
+            "the queue grew ({:.2} s → {:.2} s)",
+            o.queue_early_mean_s, o.queue_late_mean_s
+        ));
+    }
+    if slo != Slo::default() && goodput_share < SLO_ATTAINMENT {
+        reasons.push(format!(
+            "{:.1}% of requests met the SLOs",
+            goodput_share * 100.0
+        ));
+    }
+    if r.num_finished == 0 {
+        reasons.push("no request finished".into());
+    }
+    Ok(RateProbe {
+        factor,
+        requests_per_s: nominal * factor,
+        sustained: reasons.is_empty(),
+        reason: reasons.join("; "),
+        served_requests_per_s: r.requests_per_s,
+        goodput_share,
+        ttft_p95_s: r.ttft_s.p95,
+        tpot_p95_s: r.tpot_s.p95,
+        queue_late_mean_s: r.overload.map_or(0.0, |o| o.queue_late_mean_s),
+    })
+}
+
+/// Bracket the knee from the workload's own rate by doubling or halving, then bisect.
+pub fn find_max_rate(
+    config: &SimConfig,
+    startup: &Startup,
+    slo: Slo,
+) -> Result<MaxRateSearch, SimError> {
+    let (nominal, rate_meaning) = nominal_rate(&config.workload)?;
+    let mut probes = Vec::new();
+    let run = |factor: f64, probes: &mut Vec<RateProbe>| -> Result<bool, SimError> {
+        let p = probe(config, startup, slo, factor, nominal)?;
+        let ok = p.sustained;
+        probes.push(p);
+        Ok(ok)
+    };
+    let (mut lo, mut hi) = (None::<f64>, None::<f64>);
+    let mut factor = 1.0;
+    for _ in 0..=MAX_BRACKET_STEPS {
+        if run(factor, &mut probes)? {
+            lo = Some(factor);
+            if hi.is_some() {
+                break;
+            }
+            factor *= 2.0;
+        } else {
+            hi = Some(factor);
+            if lo.is_some() {
+                break;
+            }
+            // Two halvings in a row left the goodput share where it was: the SLOs fail on
+            // requests that barely meet each other, and no lower rate will meet them.
+            if let [.., a, b, c] = probes.as_slice() {
+                let flat =
+                    |x: &RateProbe, y: &RateProbe| (x.goodput_share - y.goodput_share).abs() < 0.01;
+                if flat(a, b) && flat(b, c) {
+                    break;
+                }
+            }
+            factor /= 2.0;
+        }
+    }
+    if let (Some(mut l), Some(mut h)) = (lo, hi) {
+        while (h - l) / h > RELATIVE_TOLERANCE && probes.len() < MAX_PROBES {
+            let mid = 0.5 * (l + h);
+            if run(mid, &mut probes)? {
+                l = mid;
+            } else {
+                h = mid;
+            }
+        }
+        lo = Some(l);
+        hi = Some(h);
+    }
+    Ok(MaxRateSearch {
+        max_requests_per_s: lo.map(|f| f * nominal),
+        max_factor: lo,
+        first_unsustained_requests_per_s: hi.map(|f| f * nominal),
+        slo,
+        slo_attainment: SLO_ATTAINMENT,
+        rate_meaning,
+        probes,
+    })
+}
+
+impl MaxRateSearch {
+    pub fn render_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::from("== Sustainable rate (--find-max-rate) ==\n");
+        let _ = writeln!(
+            s,
+            "a rate is sustained when the queue stops growing{}",
+            if self.slo == Slo::default() {
+                String::new()
+            } else {
+                format!(
+                    " and {:.0}% of requests meet every SLO",
+                    self.slo_attainment * 100.0
+                )
+            }
+        );
+        let _ = writeln!(
+            s,
+            "\n{:>12} {:>12} {:>14} {:>12} {:>12}  verdict",
+            "rate req/s", "goodput %", "late queue s", "TTFT p95 ms", "TPOT p95 ms"
+        );
+        let mut sorted: Vec<&RateProbe> = self.probes.iter().collect();
+        sorted.sort_by(|a, b| a.factor.total_cmp(&b.factor));
+        for p in sorted {
+            let _ = writeln!(
+                s,
+                "{:>12.2} {:>12.1} {:>14.2} {:>12.1} {:>12.1}  {}",
+                p.requests_per_s,
+                p.goodput_share * 100.0,
+                p.queue_late_mean_s,
+                p.ttft_p95_s * 1e3,
+                p.tpot_p95_s * 1e3,
+                if p.sustained {
+                    "sustained".to_string()
+                } else {
+                    format!("not sustained: {}", p.reason)
+                }
+            );
+        }
+        let _ = writeln!(s);
+        match (
+            self.max_requests_per_s,
+            self.first_unsustained_requests_per_s,
+        ) {
+            (Some(max), Some(over)) => {
+                let _ = writeln!(
+                    s,
+                    "max sustainable rate: {max:.2} req/s ({:.3}x the workload's; rate = {}); \
+                     {over:.2} req/s is not sustained",
+                    self.max_factor.unwrap_or(0.0),
+                    self.rate_meaning
+                );
+            }
+            (Some(max), None) => {
+                let _ = writeln!(
+                    s,
+                    "sustained every rate tried, up to {max:.2} req/s (rate = {}): the limit is higher",
+                    self.rate_meaning
+                );
+            }
+            (None, Some(low)) => {
+                let _ = writeln!(
+                    s,
+                    "no rate tried was sustained, down to {low:.3} req/s: the SLOs are out of \
+                     reach for this configuration even when requests do not meet (see the \
+                     TTFT/TPOT columns)"
+                );
+            }
+            (None, None) => {}
+        }
+        s
+    }
+}
