@@ -121,6 +121,11 @@ const TWIN_FLAGS: &[(&str, Option<&str>, &str)] = &[
     ),
     ("quiet", None, "no progress bar"),
     (
+        "from",
+        Some("REPORT"),
+        "run again what a report.json (from --out) describes; flags given beside it replace its own",
+    ),
+    (
         "find-max-rate",
         None,
         "find the highest rate this configuration sustains (the queue stops growing; with --slo-*, 95% meet them) by bisection on the same workload",

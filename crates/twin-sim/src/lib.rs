@@ -14,6 +14,7 @@ pub mod output_processor;
 pub mod overload;
 pub mod quantiles;
 pub mod report;
+pub mod run_info;
 pub mod vllm_flags;
 
 pub use driver::{run, startup, RequestTimes, SchedulerKnobs, SimConfig, Startup};

@@ -306,6 +306,9 @@ pub struct Report {
     pub prefix_cache_hits: u64,
     #[serde(skip)]
     pub prefix_cache_queries: u64,
+    /// What was run (set by the CLI; `simulate --from report.json` replays it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<crate::run_info::RunInfo>,
     /// A fleet run's replicas, router and replica count (docs/fleet.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<crate::fleet::report::FleetReport>,
@@ -406,6 +409,7 @@ impl ReportBuilder {
             overload: self.queue_trend.verdict(self.open_loop, requests_per_s),
             prefix_cache_hits: self.prefix_hits,
             prefix_cache_queries: self.prefix_queries,
+            run: None,
             fleet: None,
             seconds: self.seconds,
             ttft_hist: self.ttft,

@@ -110,6 +110,14 @@ pub fn run(
     let wall_s = t0.elapsed().as_secs_f64();
     let mut report = builder.finish(fc.num_engines());
     report.fleet = Some(FleetReport::new(&fc, &outcome));
+    if let Some(pool) = fc.pools.first() {
+        report.run = Some(twin_sim::run_info::RunInfo::new(
+            args,
+            env!("CARGO_PKG_VERSION"),
+            sim,
+            &pool.startup,
+        ));
+    }
     if sim.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

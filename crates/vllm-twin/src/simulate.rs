@@ -11,6 +11,7 @@ use twin_sim::driver::RequestTimes;
 use twin_sim::engine_args::{parse_simulate_args, simulate_command, MODELLED_VLLM_FLAGS};
 use twin_sim::metrics_bridge::MetricsObserver;
 use twin_sim::observe::{FinishedRequest, Observer, StepSample, Tee};
+use twin_sim::run_info::RunInfo;
 use twin_sim::{ReportBuilder, SimError};
 use twin_workload::RequestSpec;
 
@@ -71,7 +72,55 @@ pub(crate) fn write_output(p: &std::path::Path, body: impl AsRef<[u8]>) -> Resul
     fs::write(p, body).with_context(|| format!("writing {}", p.display()))
 }
 
+/// Does `--name` (dashes, no `no-`) consume the next argument in `simulate`'s command?
+fn flag_takes_value(cmd: &clap::Command, name: &str) -> bool {
+    cmd.get_arguments()
+        .find(|a| {
+            a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|al| al.contains(&name))
+        })
+        .is_some_and(|a| {
+            a.get_action().takes_values()
+                && !a.is_require_equals_set()
+                && a.get_num_args().is_none_or(|n| n.min_values() > 0)
+        })
+}
+
+/// `--from report.json [flags]` → the recorded command with those flags replacing its own.
+fn resolve_from(args: &[String]) -> Result<Option<Vec<String>>, String> {
+    let mut path = None;
+    let mut extra = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--from" {
+            path = Some(
+                it.next()
+                    .ok_or("--from: expects a report.json path")?
+                    .clone(),
+            );
+        } else if let Some(p) = a.strip_prefix("--from=") {
+            path = Some(p.to_string());
+        } else {
+            extra.push(a.clone());
+        }
+    }
+    let Some(path) = path else { return Ok(None) };
+    let text = fs::read_to_string(&path).map_err(|e| format!("--from: {path}: {e}"))?;
+    let cmd = simulate_command("vllm-twin simulate", MODELLED_VLLM_FLAGS)
+        .args(twin_sim::engine_args::fleet_args());
+    twin_sim::run_info::replay_command(&path, &text, &extra, &|k| flag_takes_value(&cmd, k))
+        .map(Some)
+        .map_err(|e| format!("--from: {e}"))
+}
+
 pub fn run(args: &[String]) -> Result<ExitCode> {
+    let replayed = match resolve_from(args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let args: &[String] = replayed.as_deref().unwrap_or(args);
     if args
         .iter()
         .any(|a| a == "--help" || a == "-h" || a == "--help-flags")
@@ -112,6 +161,7 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    let run_info = RunInfo::new(args, env!("CARGO_PKG_VERSION"), &sim, &startup);
     let text_out = !sim.json;
     if text_out {
         println!(
@@ -123,6 +173,7 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             "workload: {}",
             twin_sim::overload::describe_offered_load(&sim.config.workload)
         );
+        print!("{}", run_info.render_text());
         for n in &sim.notes {
             println!("note: {n}");
         }
@@ -169,7 +220,8 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     }
     progress.bar.finish_and_clear();
     let wall_s = t0.elapsed().as_secs_f64();
-    let report = builder.finish(sim.config.data_parallel_size);
+    let mut report = builder.finish(sim.config.data_parallel_size);
+    report.run = Some(run_info);
     if sim.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -557,3 +557,73 @@ fn find_max_rate_brackets_the_knee_of_the_same_workload() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("closed loop"));
 }
+
+#[test]
+fn a_report_says_what_was_run_and_from_runs_it_again() {
+    let dir = std::env::temp_dir().join(format!("twin-from-{}", std::process::id()));
+    let out = dir.join("run1");
+    let out_s = out.to_str().unwrap();
+    for fleet in [
+        &[][..],
+        &["--replicas", "2", "--router", "least-loaded"][..],
+    ] {
+        let mut a = vec![
+            "simulate",
+            "--quiet",
+            "--num-requests",
+            "300",
+            "--request-rate",
+            "8",
+            "--max-num-seqs",
+            "32",
+            "--seed",
+            "7",
+            "--out",
+            out_s,
+        ];
+        a.extend_from_slice(fleet);
+        let first = twin(&a);
+        assert!(
+            first.status.success(),
+            "{}",
+            String::from_utf8_lossy(&first.stderr)
+        );
+        let text = String::from_utf8_lossy(&first.stdout);
+        let path = out.join("report.json");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let run = &report["run"];
+        assert_eq!(run["schema"], "vllm-twin-run/1");
+        assert_eq!(run["model"], "meta-llama/Llama-3.1-8B-Instruct");
+        assert_eq!(run["gpu"], "h100-sxm");
+        assert_eq!(run["seed"], 7);
+        assert_eq!(run["max_num_seqs"], 32);
+        assert!(run["num_gpu_blocks"].as_u64().unwrap() > 1000, "{run}");
+        assert!(
+            run["workload"].as_str().unwrap().contains("8.00 req/s"),
+            "{run}"
+        );
+        if fleet.is_empty() {
+            assert!(text.contains("run: vllm-twin "), "{text}");
+        }
+
+        // --from replays it: the same report, byte for byte apart from `run.command`.
+        let p = path.to_str().unwrap();
+        let again = json_report(&["--from", p]);
+        let mut want = report.clone();
+        want["run"]["command"] = again["run"]["command"].clone();
+        assert_eq!(again, want);
+        // Flags beside --from replace the recorded ones.
+        let tighter = json_report(&["--from", p, "--max-num-seqs", "4"]);
+        assert_eq!(tighter["run"]["max_num_seqs"], 4);
+        assert!(tighter["queue_s"]["p90"].as_f64() > report["queue_s"]["p90"].as_f64());
+    }
+    // Not a report: named, no panic.
+    let junk = dir.join("junk.json");
+    std::fs::write(&junk, "{\"ttft_s\": 1}").unwrap();
+    let out = twin(&["simulate", "--from", junk.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("junk.json: no `run` object"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
