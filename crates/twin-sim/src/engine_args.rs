@@ -797,9 +797,17 @@ pub fn checked_argv(args: &[String]) -> Result<Vec<String>, SimError> {
             ));
         }
     }
-    // A pasted `vllm serve MODEL ...` line keeps its prefix.
+    // A pasted `vllm serve MODEL ...` line keeps its prefix, as does the OpenAI server module
+    // run directly (`python -m vllm.entrypoints.openai.api_server --model M ...`).
     let args = match args {
-        [vllm, serve, rest @ ..] if vllm == "vllm" && serve == "serve" => rest,
+        [vllm, serve, rest @ ..] if vllm.ends_with("vllm") && serve == "serve" => rest,
+        [python, m, module, rest @ ..]
+            if python.starts_with("python")
+                && m == "-m"
+                && module == "vllm.entrypoints.openai.api_server" =>
+        {
+            rest
+        }
         _ => args,
     };
     Ok(vllm_flags::normalize_argv(args))
@@ -1268,6 +1276,16 @@ mod tests {
         let b = parse("vllm serve Qwen/Qwen3-8B -O3 --max-num-seqs 64").unwrap();
         assert_eq!(b.model_name, "Qwen/Qwen3-8B");
         assert_eq!(b.config.serve.max_num_seqs, Some(64));
+        // The OpenAI server module run directly, and a venv's vllm by path.
+        for line in [
+            "python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-8B --max-num-seqs 32",
+            "python3 -m vllm.entrypoints.openai.api_server --model=Qwen/Qwen3-8B --max-num-seqs 32",
+            "/opt/venv/bin/vllm serve Qwen/Qwen3-8B --max-num-seqs 32",
+        ] {
+            let c = parse(line).unwrap();
+            assert_eq!(c.model_name, "Qwen/Qwen3-8B", "{line}");
+            assert_eq!(c.config.serve.max_num_seqs, Some(32), "{line}");
+        }
     }
 
     fn err(s: &str) -> String {
