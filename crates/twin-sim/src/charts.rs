@@ -18,17 +18,48 @@ pub struct Series<'a> {
     pub points: Vec<(f64, f64)>,
 }
 
-fn nice_max(v: f64) -> f64 {
+/// A tick step of 1, 2, 2.5 or 5 × 10^k giving at most four intervals up to `v`.
+fn nice_step(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
-        return 1.0;
+        return 0.25;
     }
-    let p = 10f64.powf(v.log10().floor());
+    let raw = v / 4.0;
+    let p = 10f64.powf(raw.log10().floor());
     for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
-        if v <= m * p {
+        if raw <= m * p * (1.0 + 1e-9) {
             return m * p;
         }
     }
     10.0 * p
+}
+
+/// The axis top: a whole number of nice steps at or above `v`.
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let step = nice_step(v);
+    (v / step - 1e-9).ceil().max(1.0) * step
+}
+
+/// Decimals that show a tick step exactly (0.25 → 2, 5 → 0).
+fn step_decimals(step: f64) -> usize {
+    let mut d = 0;
+    while d < 9
+        && ((step * 10f64.powi(d as i32)).round() - step * 10f64.powi(d as i32)).abs() > 1e-6
+    {
+        d += 1;
+    }
+    d
+}
+
+/// A dashed reference line: an SLO on a latency axis, a KV threshold on usage.
+pub struct Threshold {
+    pub value: f64,
+    pub label: String,
+    /// On the x axis (a vertical line) rather than the y axis.
+    pub on_x: bool,
+    pub color: &'static str,
 }
 
 fn esc(s: &str) -> String {
@@ -45,7 +76,21 @@ pub fn line_chart(
     series: &[Series<'_>],
     y_max_hint: Option<f64>,
 ) -> String {
-    chart(title, x_label, y_label, series, y_max_hint, false)
+    chart(title, x_label, y_label, series, y_max_hint, false, &[])
+}
+
+/// [`line_chart`] with dashed threshold lines (SLOs, alert thresholds).
+pub fn line_chart_with_thresholds(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+    y_max_hint: Option<f64>,
+    thresholds: &[Threshold],
+) -> String {
+    chart(
+        title, x_label, y_label, series, y_max_hint, false, thresholds,
+    )
 }
 
 /// [`line_chart`] with a log-scaled x axis, ticks at each decade of seconds (1 ms, 10 ms, …):
@@ -56,8 +101,11 @@ pub fn line_chart_log_x(
     y_label: &str,
     series: &[Series<'_>],
     y_max_hint: Option<f64>,
+    thresholds: &[Threshold],
 ) -> String {
-    chart(title, x_label, y_label, series, y_max_hint, true)
+    chart(
+        title, x_label, y_label, series, y_max_hint, true, thresholds,
+    )
 }
 
 /// A decade of seconds as a person reads it.
@@ -85,9 +133,17 @@ fn chart(
     series: &[Series<'_>],
     y_max_hint: Option<f64>,
     log_x: bool,
+    thresholds: &[Threshold],
 ) -> String {
-    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    // Threshold lines widen the axes so they are always drawn.
+    let xs = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .chain(thresholds.iter().filter(|t| t.on_x).map(|t| t.value));
+    let ys = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(thresholds.iter().filter(|t| !t.on_x).map(|t| t.value));
     let x_hi = xs.clone().fold(0.0, f64::max);
     let x_lo = xs.filter(|&x| x > 0.0).fold(f64::INFINITY, f64::min);
     // Linear: 0..nice max. Log: whole decades around the positive data.
@@ -99,6 +155,7 @@ fn chart(
     };
     let x_max = nice_max(x_hi);
     let y_max = y_max_hint.unwrap_or_else(|| nice_max(ys.fold(0.0, f64::max)));
+    let (x_step, y_step) = (nice_step(x_max), nice_step(y_max));
     let pw = W - PAD_L - PAD_R;
     let ph = H - PAD_T - PAD_B;
     let fx = |x: f64| {
@@ -118,16 +175,17 @@ fn chart(
         PAD_L,
         esc(title)
     );
-    for i in 0..=4 {
-        let f = i as f64 / 4.0;
-        let gy = PAD_T + ph - f * ph;
+    let y_ticks = (y_max / y_step + 1e-9).floor() as usize;
+    for i in 0..=y_ticks {
+        let v = i as f64 * y_step;
+        let gy = py(v);
         let _ = write!(
             s,
             r##"<line x1="{PAD_L}" y1="{gy:.1}" x2="{:.1}" y2="{gy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
             PAD_L + pw,
             PAD_L - 6.0,
             gy + 4.0,
-            fmt_tick(f * y_max),
+            fmt_tick(v, y_step),
         );
     }
     let x_ticks: Vec<(f64, String)> = if log_x {
@@ -135,10 +193,10 @@ fn chart(
             .map(|e| (px(10f64.powi(e)), fmt_seconds_decade(e)))
             .collect()
     } else {
-        (0..=4)
+        (0..=(x_max / x_step + 1e-9).floor() as usize)
             .map(|i| {
-                let f = i as f64 / 4.0;
-                (PAD_L + f * pw, fmt_tick(f * x_max))
+                let v = i as f64 * x_step;
+                (px(v), fmt_tick(v, x_step))
             })
             .collect()
     };
@@ -164,6 +222,32 @@ fn chart(
         PAD_T + ph / 2.0,
         esc(y_label)
     );
+    for (i, t) in thresholds.iter().enumerate() {
+        let (x1, y1, x2, y2, tx, ty, anchor) = if t.on_x {
+            let x = px(t.value);
+            (
+                x,
+                PAD_T,
+                x,
+                PAD_T + ph,
+                x - 4.0,
+                PAD_T + 12.0 + 14.0 * i as f64,
+                "end",
+            )
+        } else {
+            // Labels side by side, so two lines close together stay readable.
+            let y = py(t.value);
+            let tx = PAD_L + 6.0 + 150.0 * i as f64;
+            (PAD_L, y, PAD_L + pw, y, tx, y - 4.0, "start")
+        };
+        let _ = write!(
+            s,
+            r#"<line class="threshold" x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{}" stroke-width="1.5" stroke-dasharray="6,4"/><text x="{tx:.1}" y="{ty:.1}" text-anchor="{anchor}" fill="{}">{}</text>"#,
+            t.color,
+            t.color,
+            esc(&t.label)
+        );
+    }
     for (i, ser) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let mut d = String::new();
@@ -193,16 +277,12 @@ fn chart(
     s
 }
 
-fn fmt_tick(v: f64) -> String {
+/// A tick value with the decimals its step needs (0.25, 0.5, 0.75; never 0.062).
+fn fmt_tick(v: f64, step: f64) -> String {
     if v == 0.0 {
-        "0".into()
-    } else if v.abs() >= 10.0 {
-        format!("{:.0}", v)
-    } else if v.abs() >= 1.0 {
-        format!("{:.1}", v)
-    } else {
-        format!("{:.3}", v)
+        return "0".into();
     }
+    format!("{v:.*}", step_decimals(step))
 }
 
 /// Per-replica lines: each replica when there are a few, else the spread across replicas
@@ -309,6 +389,19 @@ fn fleet_charts(f: &crate::fleet::report::FleetReport, end_s: f64) -> Vec<(&'sta
     ]
 }
 
+/// The kit's KV-usage alert thresholds (twin_kit::KitOptions' defaults, the seed's 85% / 98%),
+/// drawn on the KV chart.
+pub const KV_WARNING: f64 = 0.85;
+pub const KV_CRITICAL: f64 = 0.98;
+
+fn fmt_ms(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s} s")
+    } else {
+        format!("{} ms", (s * 1e3 * 1000.0).round() / 1000.0)
+    }
+}
+
 /// Every chart of a report, as (file name, SVG).
 pub fn all(r: &Report) -> Vec<(&'static str, String)> {
     let mut charts = base_charts(r);
@@ -327,10 +420,48 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
             .collect()
     };
     let t = |f: &dyn Fn(&crate::report::SecondRow) -> f64| sampled(&|row| Some(f(row)));
+    let red = "#d62728";
+    let slo_line = |v: Option<f64>, name: &str, on_x: bool| {
+        v.map(|value| Threshold {
+            value,
+            label: format!("{name} SLO {}", fmt_ms(value)),
+            on_x,
+            color: red,
+        })
+    };
+    let kv_lines = [
+        Threshold {
+            value: KV_WARNING,
+            label: format!("warning {KV_WARNING}"),
+            on_x: false,
+            color: "#ff7f0e",
+        },
+        Threshold {
+            value: KV_CRITICAL,
+            label: format!("critical {KV_CRITICAL}"),
+            on_x: false,
+            color: red,
+        },
+    ];
+    let latency_lines: Vec<Threshold> = [
+        slo_line(r.slo.ttft_s, "TTFT", false),
+        slo_line(r.slo.tpot_s, "TPOT", false),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let cdf_lines: Vec<Threshold> = [
+        slo_line(r.slo.ttft_s, "TTFT", true),
+        slo_line(r.slo.tpot_s, "TPOT", true),
+        slo_line(r.slo.e2e_s, "E2E", true),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     vec![
         (
             "kv_cache_usage.svg",
-            line_chart(
+            line_chart_with_thresholds(
                 "KV cache usage (vllm:kv_cache_usage_perc)",
                 "time (s)",
                 "fraction of blocks",
@@ -345,6 +476,7 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
                     },
                 ],
                 Some(1.0),
+                &kv_lines,
             ),
         ),
         (
@@ -368,7 +500,7 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
         ),
         (
             "latency_over_time.svg",
-            line_chart(
+            line_chart_with_thresholds(
                 "TTFT and ITL over time (per-second means)",
                 "time (s)",
                 "seconds",
@@ -386,6 +518,39 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
                         points: sampled(&|x| (x.itl_n > 0).then_some(x.itl_max_s)),
                     },
                 ],
+                None,
+                &latency_lines,
+            ),
+        ),
+        (
+            "throughput.svg",
+            line_chart(
+                "Throughput (tokens per second)",
+                "time (s)",
+                "tokens/s",
+                &[
+                    Series {
+                        label: "output",
+                        points: t(&|x| x.generation_tokens as f64),
+                    },
+                    Series {
+                        label: "prompt (computed)",
+                        points: t(&|x| x.prompt_tokens as f64),
+                    },
+                ],
+                None,
+            ),
+        ),
+        (
+            "preemptions.svg",
+            line_chart(
+                "Preemptions per second (vllm:num_preemptions)",
+                "time (s)",
+                "preemptions/s",
+                &[Series {
+                    label: "preemptions",
+                    points: t(&|x| x.preemptions as f64),
+                }],
                 None,
             ),
         ),
@@ -410,6 +575,7 @@ fn base_charts(r: &Report) -> Vec<(&'static str, String)> {
                     },
                 ],
                 Some(1.0),
+                &cdf_lines,
             ),
         ),
     ]
@@ -465,7 +631,7 @@ mod tests {
                 points: vec![(1.5, 0.1), (30.0, 1.0)],
             },
         ];
-        let svg = super::line_chart_log_x("t", "seconds (log scale)", "f", &series, Some(1.0));
+        let svg = super::line_chart_log_x("t", "seconds (log scale)", "f", &series, Some(1.0), &[]);
         for tick in ["1 ms", "10 ms", "100 ms", "1 s", "10 s", "100 s"] {
             assert!(svg.contains(&format!(">{tick}</text>")), "{tick}");
         }

@@ -7,6 +7,7 @@ pub mod driver;
 pub mod engine_args;
 pub mod experiment;
 pub mod fleet;
+pub mod html_report;
 pub mod max_rate;
 pub mod metrics_bridge;
 pub mod observe;

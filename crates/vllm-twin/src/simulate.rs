@@ -289,12 +289,17 @@ pub(crate) fn write_out_dir(
         serde_json::to_string_pretty(report)?,
     )?;
     fs::write(dir.join("timeseries.csv"), report.timeseries_csv())?;
-    for (name, svg) in twin_sim::charts::all(report) {
+    let charts = twin_sim::charts::all(report);
+    for (name, svg) in &charts {
         fs::write(dir.join(name), svg)?;
     }
+    fs::write(
+        dir.join("report.html"),
+        twin_sim::html_report::render(report, &charts, &report.render_text()),
+    )?;
     if text_out {
         println!(
-            "wrote {}/report.json, timeseries.csv and charts",
+            "wrote {}/report.html (every chart), report.json, timeseries.csv and the charts as SVG",
             dir.display()
         );
     }
