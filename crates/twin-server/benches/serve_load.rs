@@ -66,6 +66,7 @@ fn main() {
                 chat: false,
                 json: true,
                 timeout_s: 600.0,
+                ..BenchArgs::default()
             }))
             .expect("bench run");
         println!("{}", serde_json::to_string(&r).unwrap_or_default());

@@ -1,4 +1,5 @@
-//! `vllm-twin bench-serve`: a closed-loop load generator measuring what `vllm bench serve`
+//! `vllm-twin bench-serve`: a load generator (closed loop, or open loop at `--request-rate`)
+//! measuring what `vllm bench serve`
 //! measures from the client side of SSE: TTFT (first chunk with text), ITL (gaps between
 //! chunks with text), TPOT ((E2E − TTFT) / (output tokens − 1)) and E2E, against any
 //! OpenAI-compatible server (the twin or a real vLLM).
@@ -24,6 +25,10 @@ pub enum BenchArgsError {
     MissingUrl,
     #[error("--timeout: must be > 0 seconds")]
     Timeout,
+    #[error("--request-rate: {0}")]
+    RequestRate(String),
+    #[error("--burstiness: {0} must be > 0")]
+    Burstiness(f64),
 }
 
 /// Why a load run could not start or finish.
@@ -44,7 +49,18 @@ pub enum BenchError {
 pub struct BenchArgs {
     /// Base URL, e.g. `http://127.0.0.1:8000`.
     pub url: String,
+    /// Requests in flight at most: the clients of a closed loop, or the cap of an open one
+    /// (`usize::MAX`: none).
     pub concurrency: usize,
+    /// Open-loop arrivals per second (`f64::INFINITY`: a closed loop of `concurrency` clients,
+    /// each sending its next request when its last one ends).
+    pub request_rate: f64,
+    /// Gamma inter-arrivals with this shape (`vllm bench serve`'s convention; 1 = Poisson).
+    pub burstiness: f64,
+    /// Seeds the arrival gaps.
+    pub seed: u64,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
     pub num_requests: usize,
     pub input_len: usize,
     pub output_len: usize,
@@ -55,6 +71,28 @@ pub struct BenchArgs {
     pub chat: bool,
     pub json: bool,
     pub timeout_s: f64,
+}
+
+impl Default for BenchArgs {
+    /// `bench-serve URL` with no flags: one client, 100 requests of 128 → 128 tokens.
+    fn default() -> Self {
+        BenchArgs {
+            url: String::new(),
+            concurrency: 1,
+            request_rate: f64::INFINITY,
+            burstiness: 1.0,
+            seed: 0,
+            progress: false,
+            num_requests: 100,
+            input_len: 128,
+            output_len: 128,
+            model: None,
+            api_key: None,
+            chat: false,
+            json: false,
+            timeout_s: 600.0,
+        }
+    }
 }
 
 /// One request's client-side timing.
@@ -83,6 +121,10 @@ pub struct Summary {
 /// The run's result (`--json`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct BenchReport {
+    /// The offered rate (`inf`: closed loop) and the in-flight cap (None: no cap).
+    #[serde(serialize_with = "rate_json")]
+    pub request_rate: f64,
+    pub max_concurrency: Option<usize>,
     pub completed: usize,
     pub failed: usize,
     pub duration_s: f64,
@@ -95,6 +137,15 @@ pub struct BenchReport {
     pub itl: Summary,
     pub e2el: Summary,
     pub errors: Vec<String>,
+}
+
+/// `inf` as the string vLLM's bench writes, since JSON has no infinity.
+fn rate_json<S: serde::Serializer>(rate: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if rate.is_finite() {
+        s.serialize_f64(*rate)
+    } else {
+        s.serialize_str("inf")
+    }
 }
 
 /// Percentile by linear interpolation, as numpy's default.
@@ -256,37 +307,105 @@ pub async fn one_request(
     r
 }
 
-/// Run the load and summarize it.
+/// Run the load and summarize it: a closed loop of `concurrency` clients, or (with a finite
+/// `request_rate`) arrivals at that rate, at most `concurrency` in flight.
+/// vLLM: `benchmarks/serve.py` (`benchmark`, `get_request`).
 pub async fn run(a: BenchArgs) -> Result<BenchReport, BenchError> {
+    let in_flight = a.concurrency.max(1).min(a.num_requests.max(1));
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(a.concurrency.max(1))
+        .pool_max_idle_per_host(in_flight.min(1024))
         .timeout(Duration::from_secs_f64(a.timeout_s))
         .build()
         .map_err(BenchError::Client)?;
     let model = resolve_model(&client, &a).await?;
-    let next = Arc::new(AtomicUsize::new(0));
+    let bar = progress_bar(a.num_requests, a.progress);
     let t0 = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..a.concurrency.max(1).min(a.num_requests.max(1)) {
-        let (client, a, model, next) = (client.clone(), a.clone(), model.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut out = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= a.num_requests {
-                    break;
+    if a.request_rate.is_finite() {
+        use rand::SeedableRng;
+        let arrivals = twin_workload::ArrivalProcess {
+            shape: if a.burstiness == 1.0 {
+                twin_workload::ArrivalShape::Poisson
+            } else {
+                twin_workload::ArrivalShape::Gamma {
+                    burstiness: a.burstiness,
                 }
-                out.push(one_request(&client, &a, &model, i).await);
+            },
+            rate: twin_workload::RateProfile::Constant(a.request_rate),
+        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
+        let cap = Arc::new(tokio::sync::Semaphore::new(
+            in_flight.min(tokio::sync::Semaphore::MAX_PERMITS),
+        ));
+        let mut t_s = 0.0;
+        for i in 0..a.num_requests {
+            if i > 0 {
+                t_s = arrivals.next_after(t_s, &mut rng).unwrap_or(t_s);
             }
-            out
-        }));
+            tokio::time::sleep_until(tokio::time::Instant::from_std(
+                t0 + Duration::from_secs_f64(t_s),
+            ))
+            .await;
+            let Ok(permit) = cap.clone().acquire_owned().await else {
+                break;
+            };
+            let (client, a, model, bar) = (client.clone(), a.clone(), model.clone(), bar.clone());
+            tasks.push(tokio::spawn(async move {
+                let r = one_request(&client, &a, &model, i).await;
+                drop(permit);
+                bar.inc(1);
+                vec![r]
+            }));
+        }
+    } else {
+        let next = Arc::new(AtomicUsize::new(0));
+        for _ in 0..in_flight {
+            let (client, a, model, next, bar) = (
+                client.clone(),
+                a.clone(),
+                model.clone(),
+                next.clone(),
+                bar.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= a.num_requests {
+                        break;
+                    }
+                    out.push(one_request(&client, &a, &model, i).await);
+                    bar.inc(1);
+                }
+                out
+            }));
+        }
     }
     let mut results = Vec::with_capacity(a.num_requests);
     for t in tasks {
         results.extend(t.await.map_err(BenchError::Worker)?);
     }
+    bar.finish_and_clear();
     let duration_s = t0.elapsed().as_secs_f64();
-    Ok(report(&results, duration_s))
+    let mut r = report(&results, duration_s);
+    r.request_rate = a.request_rate;
+    r.max_concurrency = (a.concurrency != usize::MAX).then_some(a.concurrency);
+    Ok(r)
+}
+
+/// A bar on stderr (hidden when not asked for, e.g. not a terminal or `--json`).
+fn progress_bar(total: usize, shown: bool) -> indicatif::ProgressBar {
+    if !shown {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} requests  {elapsed_precise} elapsed, ~{eta} left",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 /// vLLM bench's `calculate_metrics` over client-side results.
@@ -306,6 +425,8 @@ pub fn report(results: &[RequestResult], duration_s: f64) -> BenchReport {
         .map(|r| (r.e2e_s - r.ttft_s) / (r.output_tokens - 1) as f64)
         .collect();
     BenchReport {
+        request_rate: f64::INFINITY,
+        max_concurrency: None,
         completed: ok.len(),
         failed: results.len() - ok.len(),
         duration_s,
@@ -324,10 +445,21 @@ pub fn report(results: &[RequestResult], duration_s: f64) -> BenchReport {
 /// The text table, in `vllm bench serve`'s layout.
 pub fn render(r: &BenchReport) -> String {
     let mut s = String::new();
-    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<40}{v:<10}\n"));
+    // vLLM: `"{:<40} {:<10}"`.
+    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<40} {v:<10}\n"));
     s.push_str(&format!("{:=^50}\n", " Serving Benchmark Result "));
     line(&mut s, "Successful requests:", r.completed.to_string());
     line(&mut s, "Failed requests:", r.failed.to_string());
+    if let Some(c) = r.max_concurrency {
+        line(&mut s, "Maximum request concurrency:", c.to_string());
+    }
+    if r.request_rate.is_finite() {
+        line(
+            &mut s,
+            "Request rate configured (RPS):",
+            format!("{:.2}", r.request_rate),
+        );
+    }
     line(
         &mut s,
         "Benchmark duration (s):",
@@ -397,11 +529,26 @@ pub fn render(r: &BenchReport) -> String {
     about = "Load generator measuring TTFT / ITL / E2E client-side, like `vllm bench serve`."
 )]
 struct BenchCli {
-    /// Server base URL, e.g. http://127.0.0.1:8000 (http:// is added when missing).
+    /// Server base URL, e.g. http://127.0.0.1:8000 (http:// is added when missing; a
+    /// trailing /v1 is dropped).
     url: Option<String>,
-    /// Requests in flight at once.
-    #[arg(long, visible_alias = "max-concurrency", default_value_t = 1)]
-    concurrency: usize,
+    /// The server's base URL, as `vllm bench serve --base-url` (instead of URL).
+    #[arg(long)]
+    base_url: Option<String>,
+    /// Requests in flight at most: the clients of a closed loop [default: 1], or the cap of
+    /// an open loop at --request-rate [default: none].
+    #[arg(long, visible_alias = "max-concurrency")]
+    concurrency: Option<usize>,
+    /// Open loop: requests per second, Poisson (or gamma, --burstiness) arrivals; inf: a
+    /// closed loop of --concurrency clients.
+    #[arg(long, default_value = "inf")]
+    request_rate: String,
+    /// Gamma shape of the inter-arrival gaps (1 = Poisson; smaller is burstier).
+    #[arg(long, default_value_t = 1.0)]
+    burstiness: f64,
+    /// Seed of the arrival gaps.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Requests to send.
     #[arg(long, visible_alias = "num-prompts", default_value_t = 100)]
     num_requests: usize,
@@ -426,6 +573,9 @@ struct BenchCli {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// No progress bar (it is drawn only on a terminal, and never with --json).
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// `bench-serve`'s usage and flags.
@@ -455,20 +605,47 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchArgs, BenchArgsError> {
             _ => twin_sim::engine_args::clap_error(e, "bench-serve").into(),
         }
     })?;
-    let mut url = cli
-        .url
-        .ok_or(BenchArgsError::MissingUrl)?
-        .trim_end_matches('/')
-        .to_string();
+    let url = match (cli.url, cli.base_url) {
+        (Some(u), None) | (None, Some(u)) => u,
+        (Some(_), Some(b)) => return Err(BenchArgsError::MoreThanOneUrl(b)),
+        (None, None) => return Err(BenchArgsError::MissingUrl),
+    };
+    // Routes are appended to it: `http://h:8000/v1` (an OpenAI client's base) means the server.
+    let trimmed = url.trim_end_matches('/');
+    let mut url = trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string();
     if !url.starts_with("http://") && !url.starts_with("https://") {
         url = format!("http://{url}");
     }
     if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
         return Err(BenchArgsError::Timeout);
     }
+    let request_rate = match cli.request_rate.trim() {
+        "inf" => f64::INFINITY,
+        r => match r.parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => x,
+            _ => {
+                return Err(BenchArgsError::RequestRate(format!(
+                    "{r:?} is not a rate > 0 (or inf)"
+                )))
+            }
+        },
+    };
+    if !(cli.burstiness.is_finite() && cli.burstiness > 0.0) {
+        return Err(BenchArgsError::Burstiness(cli.burstiness));
+    }
+    let concurrency = match (cli.concurrency, request_rate.is_finite()) {
+        (Some(c), _) => c.max(1),
+        (None, false) => 1,
+        (None, true) => usize::MAX,
+    };
+    use std::io::IsTerminal;
     Ok(BenchArgs {
         url,
-        concurrency: cli.concurrency.max(1),
+        concurrency,
+        request_rate,
+        burstiness: cli.burstiness,
+        seed: cli.seed,
+        progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
         num_requests: cli.num_requests,
         input_len: cli.input_len,
         output_len: cli.output_len.max(1),
@@ -506,6 +683,16 @@ mod tests {
             (1, 100, 600.0)
         );
         assert!(!d.chat && !d.json);
+        assert!(d.request_rate.is_infinite());
+        // An OpenAI client's base URL, and vLLM's --base-url.
+        assert_eq!(parse("http://h:1/v1/").unwrap().url, "http://h:1");
+        assert_eq!(parse("--base-url h:1/v1").unwrap().url, "http://h:1");
+        // Open loop: no cap unless asked.
+        let o = parse("h:1 --request-rate 2.5 --burstiness 0.5 --seed 3").unwrap();
+        assert_eq!((o.request_rate, o.burstiness, o.seed), (2.5, 0.5, 3));
+        assert_eq!(o.concurrency, usize::MAX);
+        let o = parse("h:1 --request-rate 2.5 --max-concurrency 8").unwrap();
+        assert_eq!(o.concurrency, 8);
     }
 
     #[test]
@@ -523,5 +710,14 @@ mod tests {
         assert!(parse("http://h:1 --timeout 0")
             .unwrap_err()
             .contains("--timeout"));
+        assert!(parse("h:1 --request-rate 0")
+            .unwrap_err()
+            .starts_with("--request-rate:"));
+        assert!(parse("h:1 --burstiness=-1")
+            .unwrap_err()
+            .starts_with("--burstiness:"));
+        assert!(parse("h:1 --base-url h:2")
+            .unwrap_err()
+            .contains("more than one URL"));
     }
 }

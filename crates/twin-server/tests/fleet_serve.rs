@@ -85,6 +85,7 @@ async fn prometheus_scrapes_each_replica_of_a_round_robin_fleet() {
         chat: false,
         json: false,
         timeout_s: 60.0,
+        ..BenchArgs::default()
     })
     .await
     .unwrap();

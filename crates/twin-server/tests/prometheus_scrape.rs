@@ -39,6 +39,7 @@ async fn prometheus_rate_matches_the_load_generator() {
         chat: false,
         json: false,
         timeout_s: 60.0,
+        ..BenchArgs::default()
     })
     .await
     .unwrap();
