@@ -107,6 +107,12 @@ pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// `--header-read-timeout` and `--shutdown-grace` at most (1 h).
 pub const MAX_LISTENER_TIMEOUT_S: f64 = 3600.0;
 
+/// The simulator's own flags that mean something to a server (`--output-len`: where the model
+/// would stop on EOS); the rest describe a simulated workload or a report (`--out`,
+/// `--request-rate`, `--json`, …), which `serve` has not: they are hidden from its help and
+/// refused with a reason rather than silently ignored.
+pub const SERVE_TWIN_FLAGS: &[&str] = &["gpu", "model-config", "calibration", "output-len"];
+
 /// `serve`'s clap command (also renders `--help`).
 pub fn serve_command() -> Command {
     let shown: Vec<&str> = MODELLED_VLLM_FLAGS
@@ -117,8 +123,13 @@ pub fn serve_command() -> Command {
     let fleet = twin_sim::engine_args::fleet_args()
         .into_iter()
         .filter(|a| SERVE_FLEET_FLAGS.contains(&a.get_id().as_str()));
-    simulate_command("vllm-twin serve", &shown)
-        .args(fleet)
+    let mut cmd = simulate_command("vllm-twin serve", &shown);
+    for id in twin_sim::engine_args::twin_flag_names() {
+        if !SERVE_TWIN_FLAGS.contains(&id) {
+            cmd = cmd.mut_arg(id, |a| a.hide(true));
+        }
+    }
+    cmd.args(fleet)
         .args(SERVE_FLAGS.iter().map(|&(name, value, help)| {
             let arg = Arg::new(name)
                 .long(name)
@@ -148,6 +159,11 @@ pub enum ServeArgsError {
     NotAnInteger { flag: &'static str, value: String },
     #[error("{flag}: {message}")]
     Invalid { flag: &'static str, message: String },
+    #[error(
+        "{0}: a `vllm-twin simulate` flag; serve generates no load and writes no report (send it \
+         requests, e.g. with bench-serve, and read its /metrics)"
+    )]
+    SimulateOnly(String),
     #[error("{flag}: must be {bound}")]
     OutOfRange {
         flag: &'static str,
@@ -172,6 +188,12 @@ pub fn parse_serve_args(args: &[String]) -> Result<ServeConfig, ServeArgsError> 
     let m = serve_command()
         .try_get_matches_from(&argv)
         .map_err(|e| clap_error(e, "serve"))?;
+    if let Some(id) = twin_sim::engine_args::twin_flag_names().find(|id| {
+        !SERVE_TWIN_FLAGS.contains(id)
+            && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+    }) {
+        return Err(ServeArgsError::SimulateOnly(format!("--{id}")));
+    }
     // twin-sim's file-reader interface takes a plain message.
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
     let sim = simulate_from_matches(&m, &argv, SERVE_VLLM_FLAGS, &read)?;
@@ -323,6 +345,12 @@ mod tests {
     #[test]
     fn the_command_is_well_formed() {
         serve_command().debug_assert();
+        // Its help lists only the twin flags a server uses.
+        let help = serve_command().render_help().to_string();
+        assert!(help.contains("--gpu") && help.contains("--model-config"));
+        for hidden in ["--request-rate", "--out ", "--json", "--slo-ttft-ms"] {
+            assert!(!help.contains(hidden), "{hidden} in serve --help");
+        }
         for dest in SERVE_VLLM_FLAGS {
             assert!(vllm_flags::table().get(dest).is_some(), "{dest}");
         }
@@ -373,6 +401,17 @@ mod tests {
             ("--header-read-timeout 2h", "--header-read-timeout:"),
             ("--shutdown-grace -1s", "--shutdown-grace:"),
             ("--fail-rate -0.5", "--fail-rate:"),
+            // simulate's workload and report flags are refused, not silently ignored.
+            ("--out run1", "--out: a `vllm-twin simulate` flag"),
+            (
+                "--request-rate 5",
+                "--request-rate: a `vllm-twin simulate` flag",
+            ),
+            ("--json", "--json: a `vllm-twin simulate` flag"),
+            (
+                "--find-max-rate",
+                "--find-max-rate: a `vllm-twin simulate` flag",
+            ),
         ] {
             let e = parse(line).unwrap_err();
             assert!(e.starts_with(flag), "{line}: {e}");

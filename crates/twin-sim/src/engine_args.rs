@@ -181,6 +181,11 @@ pub const MODELLED_VLLM_FLAGS: &[&str] = &[
 /// 0.6B model; the twin's catalog default is the model its figures are calibrated on.
 pub const DEFAULT_MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
+/// The twin's own flags' names (without `--`).
+pub fn twin_flag_names() -> impl Iterator<Item = &'static str> {
+    TWIN_FLAGS.iter().map(|f| f.0)
+}
+
 /// The twin's own flags as clap arguments (`heading` groups them in `--help`).
 pub fn twin_args(heading: &'static str) -> Vec<Arg> {
     TWIN_FLAGS
