@@ -161,6 +161,11 @@ struct Args {
     opts: Options,
 }
 
+/// `doctor`'s clap command (shell completions and man pages are made from it).
+pub fn doctor_command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 /// `Ok(None)` when clap printed help or the version.
 fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
     use clap::Parser as _;

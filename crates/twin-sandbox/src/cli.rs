@@ -29,6 +29,11 @@ fn parse(args: &[String]) -> Result<Option<Args>, clap::Error> {
     }
 }
 
+/// `sandbox`'s clap command (shell completions and man pages are made from it).
+pub fn sandbox_command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+}
+
 fn usage() -> String {
     <Args as clap::CommandFactory>::command()
         .render_help()

@@ -578,6 +578,11 @@ struct BenchCli {
     quiet: bool,
 }
 
+/// `bench-serve`'s clap command (shell completions and man pages are made from it).
+pub fn bench_command() -> clap::Command {
+    <BenchCli as clap::CommandFactory>::command()
+}
+
 /// `bench-serve`'s usage and flags.
 pub fn bench_help() -> String {
     <BenchCli as clap::CommandFactory>::command()

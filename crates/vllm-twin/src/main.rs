@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod fleet;
+mod shell;
 mod simulate;
 
 #[derive(Parser)]
@@ -17,7 +18,7 @@ mod simulate;
     version,
     about = "A deterministic digital twin of vLLM 0.34's V1 serving engine"
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -98,6 +99,18 @@ enum Command {
         /// All options as JSON (field names of twin_kit::KitOptions; flags above win).
         #[arg(long)]
         options: Option<PathBuf>,
+    },
+    /// Print a shell completion script (every subcommand's real flags, vLLM's included):
+    /// `vllm-twin completions bash > /etc/bash_completion.d/vllm-twin`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (vllm-twin.1 and vllm-twin-SUBCOMMAND.1) into a directory.
+    Man {
+        /// Output directory (e.g. /usr/local/share/man/man1).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// List the models the twin knows (any config.json works via --model-config).
     Models,
@@ -224,6 +237,11 @@ fn main() -> ExitCode {
             }
             Ok(ExitCode::SUCCESS)
         })(),
+        Command::Completions { shell } => shell::completions(shell).map(|()| ExitCode::SUCCESS),
+        Command::Man { out } => shell::man_pages(&out).map(|files| {
+            println!("wrote {} man pages to {}", files.len(), out.display());
+            ExitCode::SUCCESS
+        }),
         Command::Models => list_models(),
         Command::Experiment { command } => match command {
             ExperimentCommand::SeedTable { quick, json } => {
