@@ -79,6 +79,41 @@ pub struct Startup {
     pub scheduler: SchedulerConfig,
 }
 
+/// When the engine's pool is not vLLM's block count (a hybrid model's KV cache groups, which
+/// the twin folds into one group holding the same bytes), the line that says so; else `None`.
+pub fn modelled_blocks_note(startup: &Startup) -> Option<String> {
+    let plan = &startup.plan;
+    let modelled = startup.scheduler.num_gpu_blocks as u64;
+    (modelled != plan.num_gpu_blocks).then(|| {
+        format!(
+            "note: vLLM splits these {} blocks between {} KV cache groups (full and sliding-window \
+             attention); the twin's scheduler keeps one group of {modelled} blocks holding the \
+             same bytes (docs/fidelity.md), so its block counts and KV usage are that pool's",
+            plan.num_gpu_blocks,
+            plan.num_full_groups + plan.num_sliding_groups
+        )
+    })
+}
+
+/// The speculative-decoding assumption a run rests on, in words (`None` without one): the
+/// acceptance the synthetic model draws from is the method's typical curve unless the user gave
+/// `acceptance_rate` in `--speculative-config`.
+pub fn spec_decode_note(startup: &Startup) -> Option<String> {
+    let s = startup.plan.config.speculative.as_ref()?;
+    let per_position: Vec<String> = (0..s.num_speculative_tokens as usize)
+        .map(|i| format!("{:.2}", s.acceptance(i)))
+        .collect();
+    Some(format!(
+        "note: speculative decoding ({}, {} tokens) assumes a conditional acceptance of {} per \
+         draft position ({:.2} accepted drafts per step); set \"acceptance_rate\" (a number or \
+         one per position) in --speculative-config to your deployment's measured figures",
+        s.method.name(),
+        s.num_speculative_tokens,
+        per_position.join(", "),
+        s.expected_accepted_drafts()
+    ))
+}
+
 impl Startup {
     /// The GPUs one `vllm serve` of this start-up takes, as a person says it:
     /// `1 × h100-sxm`, `8 × h100-sxm (TP 4, DP 2)`.

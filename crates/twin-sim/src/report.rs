@@ -84,6 +84,9 @@ pub struct ReportBuilder {
     dram_active_s: f64,
     tensor_active_s: f64,
     queue_trend: QueueTrend,
+    spec_drafts: u64,
+    spec_draft_tokens: u64,
+    spec_accepted_tokens: u64,
     /// Arrivals come at a rate (not from a fixed set of clients): the queue can grow.
     open_loop: bool,
     first_arrival_s: Option<f64>,
@@ -221,6 +224,11 @@ impl Observer for ReportBuilder {
             self.kv_usage_max = self.kv_usage_max.max(st.kv_cache_usage);
             self.running_max = self.running_max.max(st.num_running_reqs);
             self.waiting_max = self.waiting_max.max(waiting);
+            if let Some(sd) = &st.spec_decoding_stats {
+                self.spec_drafts += sd.num_drafts;
+                self.spec_draft_tokens += sd.num_draft_tokens;
+                self.spec_accepted_tokens += sd.num_accepted_tokens;
+            }
             self.prefix_queries += st.prefix_cache_stats.queries;
             self.prefix_hits += st.prefix_cache_stats.hits;
             row.kv_cache_usage_mean += st.kv_cache_usage;
@@ -256,6 +264,17 @@ impl From<&LogHistogram> for Dist {
             max: h.max(),
         }
     }
+}
+
+/// Drafted and accepted tokens over the run. vLLM: `SpecDecodingLogging.log` (acceptance rate
+/// = accepted / drafted tokens; mean acceptance length = 1 + accepted / drafts).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SpecDecodingSummary {
+    pub num_drafts: u64,
+    pub num_draft_tokens: u64,
+    pub num_accepted_tokens: u64,
+    pub acceptance_rate: f64,
+    pub mean_acceptance_length: f64,
 }
 
 /// The finished report (`--json` prints this; schema in docs/simulate.md).
@@ -298,6 +317,9 @@ pub struct Report {
     /// DRAM and tensor-pipe activity), over the run.
     pub hbm_bandwidth_share: f64,
     pub tensor_core_share: f64,
+    /// Speculative decoding as vLLM's SpecDecodingLogging reports it (absent without drafts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_decoding: Option<SpecDecodingSummary>,
     /// Did the queue keep growing (open-loop arrivals only; absent when too short to judge)?
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overload: Option<Overload>,
@@ -407,6 +429,15 @@ impl ReportBuilder {
             hbm_bandwidth_share: (self.dram_active_s / engine_s).min(1.0),
             tensor_core_share: (self.tensor_active_s / engine_s).min(1.0),
             overload: self.queue_trend.verdict(self.open_loop, requests_per_s),
+            spec_decoding: (self.spec_drafts > 0).then(|| SpecDecodingSummary {
+                num_drafts: self.spec_drafts,
+                num_draft_tokens: self.spec_draft_tokens,
+                num_accepted_tokens: self.spec_accepted_tokens,
+                acceptance_rate: self.spec_accepted_tokens as f64
+                    / self.spec_draft_tokens.max(1) as f64,
+                mean_acceptance_length: 1.0
+                    + self.spec_accepted_tokens as f64 / self.spec_drafts as f64,
+            }),
             prefix_cache_hits: self.prefix_hits,
             prefix_cache_queries: self.prefix_queries,
             run: None,
@@ -517,6 +548,16 @@ impl Report {
             self.hbm_bandwidth_share * 100.0,
             self.tensor_core_share * 100.0
         );
+        if let Some(sd) = &self.spec_decoding {
+            let _ = writeln!(
+                s,
+                "  speculative decoding    acceptance rate {:.1}% ({} of {} drafted tokens), mean acceptance length {:.2}",
+                sd.acceptance_rate * 100.0,
+                sd.num_accepted_tokens,
+                sd.num_draft_tokens,
+                sd.mean_acceptance_length
+            );
+        }
         let reasons: Vec<String> = self
             .finish_reasons
             .iter()

@@ -180,9 +180,19 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         println!("\n{}", startup.plan);
         let s = &startup.scheduler;
         println!(
-            "scheduler: max_num_batched_tokens={} max_num_seqs={} block_size={} num_gpu_blocks={} prefix_caching={} chunked_prefill={} async_scheduling={}\n",
-            s.max_num_batched_tokens, s.max_num_seqs, s.block_size, s.num_gpu_blocks, s.enable_prefix_caching, s.enable_chunked_prefill, s.async_scheduling
+            "scheduler: max_num_batched_tokens={} max_num_seqs={} block_size={} prefix_caching={} chunked_prefill={} async_scheduling={}",
+            s.max_num_batched_tokens, s.max_num_seqs, s.block_size, s.enable_prefix_caching, s.enable_chunked_prefill, s.async_scheduling
         );
+        for line in [
+            twin_sim::driver::modelled_blocks_note(&startup),
+            twin_sim::driver::spec_decode_note(&startup),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            println!("{line}");
+        }
+        println!();
     } else {
         for n in &sim.notes {
             eprintln!("note: {n}");

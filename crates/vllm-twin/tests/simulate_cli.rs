@@ -627,3 +627,59 @@ fn a_report_says_what_was_run_and_from_runs_it_again() {
     assert!(err.contains("junk.json: no `run` object"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn hidden_assumptions_are_shown_spec_acceptance_and_hybrid_blocks() {
+    let spec = r#"{"method":"ngram","num_speculative_tokens":3}"#;
+    let out = twin(&[
+        "simulate",
+        "--quiet",
+        "--num-requests",
+        "300",
+        "--speculative-config",
+        spec,
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("assumes a conditional acceptance of 0.55, 0.50, 0.45 per draft position"),
+        "{text}"
+    );
+    assert!(
+        text.contains("speculative decoding    acceptance rate"),
+        "{text}"
+    );
+    // The measured acceptance follows the assumption: 1 + E[accepted drafts] = 1.95.
+    let r = json_report(&["--num-requests", "300", "--speculative-config", spec]);
+    let sd = &r["spec_decoding"];
+    let len = sd["mean_acceptance_length"].as_f64().unwrap();
+    assert!((len - 1.95).abs() < 0.1, "{sd}");
+    let rate = sd["acceptance_rate"].as_f64().unwrap();
+    let acc = sd["num_accepted_tokens"].as_f64().unwrap();
+    let drafted = sd["num_draft_tokens"].as_f64().unwrap();
+    assert!((rate - acc / drafted).abs() < 1e-9);
+    // A user's own acceptance replaces the assumption.
+    let mine = r#"{"method":"ngram","num_speculative_tokens":3,"acceptance_rate":0.9}"#;
+    let r = json_report(&["--num-requests", "300", "--speculative-config", mine]);
+    assert!(
+        r["spec_decoding"]["mean_acceptance_length"]
+            .as_f64()
+            .unwrap()
+            > 3.0
+    );
+    // No drafts, no section.
+    let plain = json_report(&["--num-requests", "50"]);
+    assert!(plain.get("spec_decoding").is_none());
+
+    // gpt-oss: one block count under vLLM's name, the twin's pool explained.
+    let out = twin(&[
+        "simulate",
+        "openai/gpt-oss-20b",
+        "--quiet",
+        "--num-requests",
+        "20",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("num_gpu_blocks").count(), 1, "{text}");
+    assert!(text.contains("between 2 KV cache groups"), "{text}");
+}
