@@ -110,7 +110,7 @@ pub fn alerts(recent: &[Point], th: &Thresholds) -> Vec<Finding> {
             "kv_warning",
             Severity::Warning,
             format!("KV cache {} full (> {})", pct(now.kv), pct(th.kv_warning)),
-            "vllm:kv_cache_usage_perc above the seed's warning line; at 0.98+ preemptions \
+            "vllm:kv_cache_usage_perc above the monitoring guide's warning line; at 0.98+ preemptions \
              follow.",
         ));
     }

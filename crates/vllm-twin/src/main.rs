@@ -125,7 +125,7 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ExperimentCommand {
-    /// Run each row of the seed article's parameter→metric table as an A/B simulation.
+    /// Run each row of the monitoring guide's parameter→metric table as an A/B simulation.
     SeedTable {
         /// Fewer requests per run (faster, noisier).
         #[arg(long)]
@@ -134,7 +134,7 @@ enum ExperimentCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Run the seed's fleet claims (router, 4 x TP1 vs 1 x TP4, what the HPA scales on) as A/B
+    /// Run the monitoring guide's fleet claims (router, 4 x TP1 vs 1 x TP4, what the HPA scales on) as A/B
     /// fleet simulations (docs/fleet.md).
     Fleet {
         /// Fewer requests per run (faster, noisier).
