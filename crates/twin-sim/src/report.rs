@@ -337,7 +337,12 @@ impl ReportBuilder {
     /// Judge overload when arrivals come at a rate (open loop or a trace); a closed loop's
     /// queue is bounded by its clients.
     pub fn with_arrivals(mut self, arrivals: &twin_workload::Arrivals) -> Self {
-        self.open_loop = !matches!(arrivals, twin_workload::Arrivals::Closed { .. });
+        // Staged arrivals drain between stages: no one queue to follow (the stages table
+        // compares each stage's served rate with its offered one).
+        self.open_loop = !matches!(
+            arrivals,
+            twin_workload::Arrivals::Closed { .. } | twin_workload::Arrivals::Staged(_)
+        );
         self
     }
 
