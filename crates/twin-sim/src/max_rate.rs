@@ -137,7 +137,7 @@ fn probe(
 ) -> Result<RateProbe, SimError> {
     let mut cfg = config.clone();
     cfg.workload.arrivals = scaled(&config.workload.arrivals, factor);
-    let mut b = ReportBuilder::new(slo).with_arrivals(&cfg.workload.arrivals);
+    let mut b = ReportBuilder::new(slo).with_workload(&cfg.workload);
     crate::run(&cfg, startup, &mut b)?;
     let r = b.finish(cfg.data_parallel_size);
     let goodput_share = if r.requests_per_s > 0.0 {
