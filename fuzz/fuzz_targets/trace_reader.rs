@@ -17,6 +17,8 @@ fuzz_target!(|data: &[u8]| {
         shared_prefix: None,
         sessions: None,
         seed: 0,
+        prompt_pool: None,
+        request_timeout_s: None,
     };
     let Ok(mut w) = Workload::new(spec) else {
         return;

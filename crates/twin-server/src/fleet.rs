@@ -455,6 +455,7 @@ async fn route(front: &Shared, path: &str, headers: &HeaderMap, body: &Bytes) ->
         max_tokens: 1,
         session,
         turn: 0,
+        stage: None,
     };
     let candidates: Vec<usize> = (0..front.replicas.len())
         .filter(|&i| front.replicas[i].running.state.liveness.dead().is_none())

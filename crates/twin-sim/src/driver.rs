@@ -13,7 +13,7 @@ use twin_engine::{
 };
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
-use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
+use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample, TimedOutRequest};
 use crate::output_processor::{fill_batch_shape, StepTimeline, TokenTiming};
 use crate::SimError;
 
@@ -209,12 +209,17 @@ struct DecodeState {
     tracked: bool,
     started: bool,
     keeps_outputs: bool,
+    /// Its inter-token intervals go to `TrackedCold::itls_s` (latencies by request).
+    keeps_itls: bool,
 }
 
 struct TrackedCold {
     spec: RequestSpec,
     /// Output tokens, kept only when a later session turn needs them.
     outputs: Vec<u32>,
+    /// Inter-token intervals, kept only when latencies are counted by request: a request
+    /// whose client gives up counts in none, and each counts in its own stage.
+    itls_s: Vec<f32>,
     pd: PdPhase,
     /// A P/D prefill keeps the client's prompt and `max_tokens` for the decode half.
     handoff_prompt: Vec<u32>,
@@ -271,6 +276,10 @@ pub(crate) struct EngineSlot {
     /// Its last step did nothing and only a KV transfer can change that: it waits to be
     /// woken (an admission, a load landing, blocks read) instead of stepping in place.
     blocked: bool,
+    /// The client's timeout (`--request-timeout`): a request that ends later timed out.
+    request_timeout_s: Option<f64>,
+    /// Keep each request's inter-token intervals (`--stages` or `--request-timeout`).
+    keeps_itls: bool,
 }
 
 impl EngineSlot {
@@ -317,6 +326,8 @@ impl EngineSlot {
             busy_s: 0.0,
             handoffs: Vec::new(),
             blocked: false,
+            request_timeout_s: cfg.workload.request_timeout_s,
+            keeps_itls: keeps_request_itls(&cfg.workload),
         })
     }
 
@@ -352,6 +363,12 @@ impl EngineSlot {
         self.clock_s = self.clock_s.max(t_s);
         self.blocked = false;
     }
+}
+
+/// Latencies are counted by request (success only, by stage) when the client may give up
+/// or the run has stages; otherwise as the engine emits them.
+pub(crate) fn keeps_request_itls(w: &WorkloadSpec) -> bool {
+    w.request_timeout_s.is_some() || matches!(w.arrivals, twin_workload::Arrivals::Staged(_))
 }
 
 /// A time as a heap key: simulated times are finite, ordered by `total_cmp`.
@@ -491,6 +508,10 @@ pub(crate) fn run_loop(
     observer: &mut dyn Observer,
 ) -> Result<(), SimError> {
     let mut in_flight_total = 0usize;
+    let request_timeout_s = workload.spec().request_timeout_s;
+    // Clients' give-up times: (deadline, engine, handle, request id); entries of requests
+    // that ended first are skipped when they come due.
+    let mut deadlines: BinaryHeap<Reverse<(TimeKey, usize, ReqHandle, u64)>> = BinaryHeap::new();
     loop {
         if observer.should_stop() {
             break;
@@ -523,6 +544,16 @@ pub(crate) fn run_loop(
             dispatch.on_timer(timer_s, engines, observer)?;
             continue;
         }
+        if let Some(&Reverse((TimeKey(d), e, h, id))) = deadlines.peek() {
+            if d <= next_work_s {
+                deadlines.pop();
+                if time_out(&mut engines.slots[e], e, h, id, d, observer, workload) {
+                    in_flight_total -= 1;
+                    engines.requeue(e);
+                }
+                continue;
+            }
+        }
         match (next_arrival, next_engine) {
             (Some(t), engine) if engine.is_none_or(|(_, te)| t <= te) => {
                 let (spec, e, phase) = if next_internal == Some(t) {
@@ -534,9 +565,16 @@ pub(crate) fn run_loop(
                     let e = dispatch.route(&spec, engines);
                     (spec, e, dispatch.phase_of_arrival(e))
                 };
-                if admit(&mut engines.slots[e], e, spec, phase, t, observer, workload) {
+                let deadline_s = request_timeout_s
+                    .filter(|_| phase == PdPhase::Whole)
+                    .map(|limit| (spec.arrival_time_s + limit, spec.id));
+                if let Some(h) = admit(&mut engines.slots[e], e, spec, phase, t, observer, workload)
+                {
                     in_flight_total += 1;
                     engines.requeue(e);
+                    if let Some((d, id)) = deadline_s {
+                        deadlines.push(Reverse((TimeKey(d), e, h, id)));
+                    }
                 } else if let PdPhase::Decode {
                     prefill_engine,
                     prefill_handle,
@@ -566,8 +604,43 @@ pub(crate) fn run_loop(
     Ok(())
 }
 
+/// The client of request `id` (handle `h` on `engine`) gave up at `t_s`: abort it as vLLM
+/// does on a client disconnect (`AsyncLLM.abort`: the output processor drops the request
+/// with no finished stats, then `EngineCore.abort_requests` frees its blocks and takes it
+/// out of the queue). Returns whether it was still in the engine.
+fn time_out(
+    slot: &mut EngineSlot,
+    engine: usize,
+    h: ReqHandle,
+    id: u64,
+    t_s: f64,
+    observer: &mut dyn Observer,
+    workload: &mut Workload,
+) -> bool {
+    let idx = h.index();
+    if !matches!(slot.tracked_cold.get(idx), Some(Some(c)) if c.spec.id == id) {
+        return false;
+    }
+    slot.core.abort_request(h);
+    slot.runner.forget(h);
+    slot.decode[idx].tracked = false;
+    slot.tracked[idx] = None;
+    let cold = slot.tracked_cold[idx].take().expect("checked above");
+    slot.num_in_system -= 1;
+    slot.blocked = false;
+    observer.on_timed_out(
+        engine,
+        &TimedOutRequest {
+            spec: &cold.spec,
+            t_s,
+        },
+    );
+    workload.on_finished(&cold.spec, None, t_s);
+    true
+}
+
 /// Add an arrived request to `slot`'s engine, or refuse it as vLLM's frontend does (a 400
-/// when the prompt does not fit `max_model_len`). Returns whether it was added.
+/// when the prompt does not fit `max_model_len`). Returns its handle if it was added.
 fn admit(
     slot: &mut EngineSlot,
     engine: usize,
@@ -576,7 +649,7 @@ fn admit(
     t_s: f64,
     observer: &mut dyn Observer,
     workload: &mut Workload,
-) -> bool {
+) -> Option<ReqHandle> {
     let max_model_len = slot.max_model_len;
     // The decode half of a P/D request reaches this frontend from the proxy now; the
     // client sent it at `spec.arrival_time_s`.
@@ -592,7 +665,7 @@ fn admit(
         // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
         observer.on_rejected(engine, &spec);
         workload.on_finished(&spec, None, spec.arrival_time_s);
-        return false;
+        return None;
     }
     // An unset max_tokens defaults to what fits; a forced one is capped the same way.
     let handoff_max_tokens = spec.max_tokens;
@@ -636,13 +709,16 @@ fn admit(
         slot.decode.resize(h.index() + 1, DecodeState::default());
     }
     let keeps_outputs = spec.session.is_some();
-    if keeps_outputs {
-        // A later turn's prompt is built from every output token.
+    let keeps_itls = slot.keeps_itls;
+    if keeps_outputs || keeps_itls {
+        // A later turn's prompt is built from every output token; a request's own
+        // intervals need every output of it.
         slot.core.never_coast(h);
     }
     slot.decode[h.index()] = DecodeState {
         tracked: true,
         keeps_outputs,
+        keeps_itls,
         ..DecodeState::default()
     };
     slot.tracked[h.index()] = Some(Tracked {
@@ -664,6 +740,7 @@ fn admit(
         } else {
             Vec::new()
         },
+        itls_s: Vec::new(),
         spec,
         pd,
         handoff_prompt,
@@ -674,7 +751,7 @@ fn admit(
     }
     slot.blocked = false;
     slot.num_in_system += 1;
-    true
+    Some(h)
 }
 
 /// vLLM's DP load balancing among `ranks`: the engine with the fewest waiting (×4) plus
@@ -773,9 +850,14 @@ fn step_engine(
                 }
                 hot.last_token_s = out_time;
                 hot.num_generation_tokens += toks.len() as u32;
-                if hot.keeps_outputs {
+                if hot.keeps_outputs || hot.keeps_itls {
                     if let Some(Some(cold)) = slot.tracked_cold.get_mut(idx) {
-                        cold.outputs.extend_from_slice(toks);
+                        if hot.keeps_outputs {
+                            cold.outputs.extend_from_slice(toks);
+                        }
+                        if hot.keeps_itls {
+                            cold.itls_s.push(itl as f32);
+                        }
                     }
                 }
                 continue;
@@ -795,14 +877,21 @@ fn step_engine(
                         out_time + frontend::DETOKENIZE_S,
                         o.num_prompt_tokens,
                     ),
-                    TokenTiming::Inter { itl_s } => match &mut itl_run {
-                        Some((v, n)) if *v == itl_s => *n += 1,
-                        run => {
-                            if let Some((v, n)) = run.replace((itl_s, 1)) {
-                                observer.on_inter_tokens(engine, v, n, out_time);
+                    TokenTiming::Inter { itl_s } => {
+                        match &mut itl_run {
+                            Some((v, n)) if *v == itl_s => *n += 1,
+                            run => {
+                                if let Some((v, n)) = run.replace((itl_s, 1)) {
+                                    observer.on_inter_tokens(engine, v, n, out_time);
+                                }
                             }
                         }
-                    },
+                        if hot.keeps_itls {
+                            if let Some(Some(cold)) = slot.tracked_cold.get_mut(idx) {
+                                cold.itls_s.push(itl_s as f32);
+                            }
+                        }
+                    }
                 }
                 hot.started = true;
                 hot.last_token_s = out_time;
@@ -820,6 +909,24 @@ fn step_engine(
                 finished += 1;
                 slot.runner.forget(o.handle);
                 let e2e_end = out_time + frontend::DETOKENIZE_S;
+                let gave_up_s = slot
+                    .request_timeout_s
+                    .filter(|_| cold.pd == PdPhase::Whole)
+                    .map(|limit| tr.times.client_arrival_s + limit)
+                    .filter(|&d| e2e_end > d);
+                if let Some(d) = gave_up_s {
+                    // The answer came after its client left: the frontend had dropped the
+                    // request at `d` (no finished stats), so it counts as timed out.
+                    observer.on_timed_out(
+                        engine,
+                        &TimedOutRequest {
+                            spec: &cold.spec,
+                            t_s: d,
+                        },
+                    );
+                    workload.on_finished(&cold.spec, None, d);
+                    continue;
+                }
                 observer.on_finished(
                     engine,
                     &FinishedRequest {
@@ -828,6 +935,8 @@ fn step_engine(
                         num_prompt_tokens: o.num_prompt_tokens,
                         max_tokens: o.max_tokens,
                         e2e_s: e2e_end - tr.times.arrival_s,
+                        stage: cold.spec.stage,
+                        itls_s: slot.keeps_itls.then_some(&cold.itls_s[..]),
                     },
                 );
                 if cold.pd == PdPhase::Prefill {

@@ -62,6 +62,21 @@ const TWIN_FLAGS: &[(&str, Option<&str>, &str)] = &[
     ),
     ("constant-arrivals", None, "evenly spaced arrivals"),
     (
+        "stages",
+        Some("RATE:DURATION,..."),
+        "5:60,10:60: stage k sends rate × duration requests at that rate, drained before the next (inference-perf's load.stages; also as JSON [{\"rate\":5,\"duration\":60}])",
+    ),
+    (
+        "prompt-pool",
+        Some("N"),
+        "send prompts from a fixed pool of N, cycled in a seeded order (repeats hit the prefix cache)",
+    ),
+    (
+        "request-timeout",
+        Some("DURATION"),
+        "the client gives up on a request after this long: vLLM aborts it; latencies count successes only",
+    ),
+    (
         "max-concurrency",
         Some("N"),
         "closed loop: this many clients",
@@ -996,6 +1011,13 @@ pub fn simulate_from_matches(
         .map(|(f, x)| RateProfile::parse(&f, x))
         .transpose()?;
     let constant = twin_flag("constant-arrivals");
+    let stages = opt("stages")
+        .map(|(f, x)| twin_workload::parse_stages(&f, x))
+        .transpose()?;
+    let prompt_pool: Option<usize> = opt("prompt-pool").map(|(f, x)| num(&f, x)).transpose()?;
+    let request_timeout_s = opt("request-timeout")
+        .map(|(f, x)| parse_duration_s(&f, x))
+        .transpose()?;
     let concurrency: Option<usize> = opt("max-concurrency")
         .map(|(f, x)| num(&f, x))
         .transpose()?;
@@ -1084,6 +1106,39 @@ pub fn simulate_from_matches(
         }
     };
     let is_trace = arrivals.is_some();
+    if let Some(stages) = stages {
+        // A stage fixes its own rate and request count; these would contradict it.
+        for (given, flag) in [
+            (is_trace, "--workload FILE (a trace)"),
+            (rate.is_some(), "--request-rate"),
+            (profile.is_some(), "--rate-profile"),
+            (concurrency.is_some(), "--max-concurrency"),
+            (num_requests.is_some(), "--num-requests"),
+            (turns.is_some(), "--multi-turn"),
+        ] {
+            if given {
+                return Err(cfg_err(
+                    "--stages",
+                    format!(
+                        "each stage sets its rate and request count (rate × duration); drop {flag}"
+                    ),
+                ));
+            }
+        }
+        if let Some(b) = burstiness {
+            if !(b.is_finite() && b > 0.0) {
+                return Err(cfg_err("--burstiness", format!("{b} must be > 0")));
+            }
+        }
+        let shape = match (constant, burstiness) {
+            (true, _) => ArrivalShape::Constant,
+            (false, Some(b)) if b != 1.0 => ArrivalShape::Gamma { burstiness: b },
+            _ => ArrivalShape::Poisson,
+        };
+        let staged = twin_workload::StagedArrivals { shape, stages };
+        staged.validate("--stages")?;
+        arrivals = Some(Arrivals::Staged(staged));
+    }
     if let Some((f, x)) = opt("trace-speedup") {
         let speedup: f64 = num(&f, x)?;
         if !(speedup.is_finite() && (1e-3..=1e3).contains(&speedup)) {
@@ -1143,13 +1198,15 @@ pub fn simulate_from_matches(
                 })
             }
         });
-    } else if rate.is_some() || concurrency.is_some() || input_len.is_some() || output_len.is_some()
+    } else if is_trace
+        && (rate.is_some() || concurrency.is_some() || input_len.is_some() || output_len.is_some())
     {
         notes.push("--workload FILE replays the trace: its arrival times and lengths win over --request-rate / --input-len / --output-len".into());
     }
     let arrivals = arrivals.expect("set above");
     let num_requests = num_requests.unwrap_or(match &arrivals {
         Arrivals::Trace(r) => r.len(),
+        Arrivals::Staged(st) => st.num_requests(),
         _ => 2000,
     });
     if num_requests == 0 {
@@ -1170,7 +1227,13 @@ pub fn simulate_from_matches(
             think_time_s,
         }),
         seed,
+        prompt_pool,
+        request_timeout_s,
     };
+    if workload.prompt_pool.is_some() || workload.request_timeout_s.is_some() {
+        // Checked here so the error names the flag before start-up, as the others do.
+        workload.validate()?;
+    }
     if dp == 0 {
         return Err(cfg_err("--data-parallel-size", "must be >= 1"));
     }

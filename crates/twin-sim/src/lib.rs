@@ -16,6 +16,7 @@ pub mod overload;
 pub mod quantiles;
 pub mod report;
 pub mod run_info;
+pub mod stage_report;
 pub mod vllm_flags;
 
 pub use driver::{run, startup, RequestTimes, SchedulerKnobs, SimConfig, Startup};

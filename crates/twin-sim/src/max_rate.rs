@@ -82,6 +82,11 @@ fn nominal_rate(workload: &twin_workload::WorkloadSpec) -> Result<(f64, &'static
                 "the trace's mean rate; its gaps scale as --trace-speedup does",
             ))
         }
+        Arrivals::Staged(_) => Err(SimError::Config {
+            field: "--find-max-rate".into(),
+            message: "--stages gives each stage its own rate; search one rate with --request-rate"
+                .into(),
+        }),
         Arrivals::Closed { .. } => Err(SimError::Config {
             field: "--find-max-rate".into(),
             message: "needs arrivals at a rate (--request-rate, --rate-profile or a trace); a \
@@ -119,7 +124,7 @@ fn scaled(arrivals: &Arrivals, factor: f64) -> Arrivals {
                 })
                 .collect(),
         ),
-        closed @ Arrivals::Closed { .. } => closed.clone(),
+        closed @ (Arrivals::Closed { .. } | Arrivals::Staged(_)) => closed.clone(),
     }
 }
 
@@ -132,7 +137,7 @@ fn probe(
 ) -> Result<RateProbe, SimError> {
     let mut cfg = config.clone();
     cfg.workload.arrivals = scaled(&config.workload.arrivals, factor);
-    let mut b = ReportBuilder::new(slo).with_arrivals(&cfg.workload.arrivals);
+    let mut b = ReportBuilder::new(slo).with_workload(&cfg.workload);
     crate::run(&cfg, startup, &mut b)?;
     let r = b.finish(cfg.data_parallel_size);
     let goodput_share = if r.requests_per_s > 0.0 {

@@ -51,6 +51,18 @@ pub struct FinishedRequest<'a> {
     pub max_tokens: usize,
     /// Frontend end-to-end latency (`iteration_timestamp - arrival_time`).
     pub e2e_s: f64,
+    /// Its stage of a staged run (`--stages`).
+    pub stage: Option<u32>,
+    /// Its inter-token intervals, one per engine output after the first, when the run keeps
+    /// them per request (`--stages` or `--request-timeout`: latencies counted by request).
+    pub itls_s: Option<&'a [f32]>,
+}
+
+/// A request whose client gave up (`--request-timeout`): vLLM aborted it at `t_s`, as on a
+/// client disconnect, and recorded no finished-request stats for it.
+pub struct TimedOutRequest<'a> {
+    pub spec: &'a RequestSpec,
+    pub t_s: f64,
 }
 
 /// Receives the run as it happens. All times are simulated seconds.
@@ -70,6 +82,8 @@ pub trait Observer {
     fn on_finished(&mut self, engine: usize, req: &FinishedRequest<'_>);
     /// Refused by the frontend of `engine`'s server (prompt longer than max_model_len).
     fn on_rejected(&mut self, engine: usize, req: &RequestSpec);
+    /// Its client gave up and the request was aborted in `engine` (vLLM: `AsyncLLM.abort`).
+    fn on_timed_out(&mut self, _engine: usize, _req: &TimedOutRequest<'_>) {}
     fn on_step(&mut self, engine: usize, step: &StepSample);
     /// A replica started serving. A plain run has one replica, 0, up from the start.
     fn on_replica_up(&mut self, _up: &ReplicaUp<'_>) {}
@@ -105,6 +119,11 @@ impl Observer for Tee<'_> {
     fn on_rejected(&mut self, engine: usize, req: &RequestSpec) {
         for o in &mut self.0 {
             o.on_rejected(engine, req);
+        }
+    }
+    fn on_timed_out(&mut self, engine: usize, req: &TimedOutRequest<'_>) {
+        for o in &mut self.0 {
+            o.on_timed_out(engine, req);
         }
     }
     fn on_step(&mut self, engine: usize, step: &StepSample) {

@@ -133,6 +133,23 @@ pub fn describe_offered_load(w: &WorkloadSpec) -> String {
                 }
             }
         }
+        Arrivals::Staged(st) => {
+            let shape = match st.shape {
+                ArrivalShape::Poisson => "Poisson",
+                ArrivalShape::Gamma { .. } => "bursty",
+                ArrivalShape::Constant => "evenly spaced",
+            };
+            let stages: Vec<String> = st
+                .stages
+                .iter()
+                .map(|s| format!("{} req/s for {} s", s.rate, s.duration))
+                .collect();
+            format!(
+                "{} stages of {shape} arrivals, each drained before the next: {}",
+                st.stages.len(),
+                stages.join(", ")
+            )
+        }
         Arrivals::Closed { concurrency } => format!(
             "closed loop of {concurrency} clients (each sends its next request when its last one ends)"
         ),
@@ -159,7 +176,14 @@ pub fn describe_offered_load(w: &WorkloadSpec) -> String {
             w.output_len.mean()
         )
     };
-    format!("{} requests, {arrivals}{lengths}", w.num_requests)
+    let mut extras = String::new();
+    if let Some(n) = w.prompt_pool {
+        extras.push_str(&format!(", cycling a pool of {n} prompts"));
+    }
+    if let Some(t) = w.request_timeout_s {
+        extras.push_str(&format!(", clients give up after {t} s"));
+    }
+    format!("{} requests, {arrivals}{lengths}{extras}", w.num_requests)
 }
 
 #[cfg(test)]

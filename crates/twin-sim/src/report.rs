@@ -10,9 +10,10 @@ use twin_engine::FinishReason;
 use twin_workload::RequestSpec;
 
 use crate::driver::RequestTimes;
-use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample};
+use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample, TimedOutRequest};
 use crate::overload::{Overload, QueueTrend};
 use crate::quantiles::LogHistogram;
+use crate::stage_report::{StageAcc, StageReport, TimeoutSummary};
 
 /// Service-level objectives for goodput (a request meets them all or it does not count).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -94,6 +95,13 @@ pub struct ReportBuilder {
     seconds: Vec<SecondRow>,
     /// Engines whose requests are not the clients' (a P/D prefill pool), by index.
     internal_engines: Vec<bool>,
+    /// TTFT and ITL come from each finished request (`--stages`, `--request-timeout`), so a
+    /// request whose client gave up counts in none and each counts in its stage.
+    latencies_by_request: bool,
+    request_timeout_s: Option<f64>,
+    timed_out: u64,
+    offered_stages: Vec<twin_workload::Stage>,
+    stages: Vec<StageAcc>,
 }
 
 fn second(rows: &mut Vec<SecondRow>, t: f64) -> &mut SecondRow {
@@ -115,7 +123,9 @@ impl Observer for ReportBuilder {
         }
         // The client's TTFT: a P/D request's prefill instance and KV transfer included.
         let ttft = frontend_s - times.client_arrival_s;
-        self.ttft.record(ttft);
+        if !self.latencies_by_request {
+            self.ttft.record(ttft);
+        }
         let row = second(&mut self.seconds, frontend_s);
         row.ttft_mean_s += ttft;
         row.ttft_n += 1;
@@ -125,7 +135,9 @@ impl Observer for ReportBuilder {
         if self.is_internal(engine) {
             return;
         }
-        self.itl.record_n(itl_s, count as u64);
+        if !self.latencies_by_request {
+            self.itl.record_n(itl_s, count as u64);
+        }
         let row = second(&mut self.seconds, t_s);
         row.itl_mean_s += itl_s * count as f64;
         row.itl_n += count as u64;
@@ -172,12 +184,53 @@ impl Observer for ReportBuilder {
         let end = t.client_arrival_s + e2e_s;
         second(&mut self.seconds, end).requests_finished += 1;
         self.last_event_s = self.last_event_s.max(end);
+        if self.latencies_by_request {
+            if let Some(x) = ttft {
+                self.ttft.record(x);
+            }
+            let itls = r.itls_s.unwrap_or(&[]);
+            for &v in itls {
+                self.itl.record(f64::from(v));
+            }
+            if let Some(st) = self.stage_acc(r.stage) {
+                if let Some(x) = ttft {
+                    st.ttft.record(x);
+                }
+                for &v in itls {
+                    st.itl.record(f64::from(v));
+                }
+                st.e2e.record(e2e_s);
+                st.succeeded += 1;
+                st.output_tokens += t.num_generation_tokens as u64;
+                st.sent_at(t.client_arrival_s);
+                st.ended_at(end);
+            }
+        }
     }
 
     fn on_rejected(&mut self, _engine: usize, req: &RequestSpec) {
         self.rejected += 1;
         *self.finish.entry("rejected_prompt_too_long").or_insert(0) += 1;
         self.first_arrival_s.get_or_insert(req.arrival_time_s);
+        if let Some(st) = self.stage_acc(req.stage) {
+            st.rejected += 1;
+            st.sent_at(req.arrival_time_s);
+            st.ended_at(req.arrival_time_s);
+        }
+    }
+
+    fn on_timed_out(&mut self, engine: usize, req: &TimedOutRequest<'_>) {
+        if self.is_internal(engine) {
+            return;
+        }
+        self.timed_out += 1;
+        self.first_arrival_s.get_or_insert(req.spec.arrival_time_s);
+        self.last_event_s = self.last_event_s.max(req.t_s);
+        if let Some(st) = self.stage_acc(req.spec.stage) {
+            st.timed_out += 1;
+            st.sent_at(req.spec.arrival_time_s);
+            st.ended_at(req.t_s);
+        }
     }
 
     fn on_replica_up(&mut self, up: &ReplicaUp<'_>) {
@@ -320,6 +373,12 @@ pub struct Report {
     /// Speculative decoding as vLLM's SpecDecodingLogging reports it (absent without drafts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec_decoding: Option<SpecDecodingSummary>,
+    /// `--request-timeout`: successes against timeouts (latencies are over successes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<TimeoutSummary>,
+    /// `--stages`: offered against achieved, and latencies, per stage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Vec<StageReport>>,
     /// Did the queue keep growing (open-loop arrivals only; absent when too short to judge)?
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overload: Option<Overload>,
@@ -356,10 +415,32 @@ impl ReportBuilder {
         }
     }
 
+    /// [`Self::with_arrivals`], and what the clients do: give up after `--request-timeout`,
+    /// send in `--stages`. Either counts latencies by request (successes only, by stage).
+    pub fn with_workload(self, w: &twin_workload::WorkloadSpec) -> Self {
+        let mut b = self.with_arrivals(&w.arrivals);
+        b.latencies_by_request = crate::driver::keeps_request_itls(w);
+        b.request_timeout_s = w.request_timeout_s;
+        if let twin_workload::Arrivals::Staged(st) = &w.arrivals {
+            b.offered_stages = st.stages.clone();
+            b.stages = vec![StageAcc::default(); st.stages.len()];
+        }
+        b
+    }
+
+    fn stage_acc(&mut self, stage: Option<u32>) -> Option<&mut StageAcc> {
+        self.stages.get_mut(stage? as usize)
+    }
+
     /// Judge overload when arrivals come at a rate (open loop or a trace); a closed loop's
     /// queue is bounded by its clients.
     pub fn with_arrivals(mut self, arrivals: &twin_workload::Arrivals) -> Self {
-        self.open_loop = !matches!(arrivals, twin_workload::Arrivals::Closed { .. });
+        // Staged arrivals drain between stages: no one queue to follow (the stages table
+        // compares each stage's served rate with its offered one).
+        self.open_loop = !matches!(
+            arrivals,
+            twin_workload::Arrivals::Closed { .. } | twin_workload::Arrivals::Staged(_)
+        );
         self
     }
 
@@ -428,6 +509,13 @@ impl ReportBuilder {
             gpu_busy_share: (self.gpu_busy_s / engine_s).min(1.0),
             hbm_bandwidth_share: (self.dram_active_s / engine_s).min(1.0),
             tensor_core_share: (self.tensor_active_s / engine_s).min(1.0),
+            request_timeout: self.request_timeout_s.map(|t| TimeoutSummary {
+                request_timeout_s: t,
+                num_succeeded: self.finished,
+                num_timed_out: self.timed_out,
+            }),
+            stages: (!self.offered_stages.is_empty())
+                .then(|| crate::stage_report::stage_reports(&self.offered_stages, &self.stages)),
             overload: self.queue_trend.verdict(self.open_loop, requests_per_s),
             spec_decoding: (self.spec_drafts > 0).then(|| SpecDecodingSummary {
                 num_drafts: self.spec_drafts,
@@ -469,6 +557,9 @@ impl Report {
             "throughput        {:>10.2} req/s   input {:.0} tok/s   output {:.0} tok/s",
             self.requests_per_s, self.input_tokens_per_s, self.output_tokens_per_s
         );
+        if let Some(t) = &self.request_timeout {
+            s.push_str(&t.render_text());
+        }
         if self.slo != Slo::default() {
             let _ = writeln!(
                 s,
@@ -566,6 +657,9 @@ impl Report {
         let _ = writeln!(s, "  finish reasons          {}", reasons.join("  "));
         if let Some(f) = &self.fleet {
             s.push_str(&f.render_text());
+        }
+        if let Some(st) = &self.stages {
+            s.push_str(&crate::stage_report::render_stages_text(st));
         }
         if let Some(o) = &self.overload {
             s.push_str(&o.render_text());

@@ -4,7 +4,9 @@
 //! closed loop (fixed concurrency); token lengths from fixed, uniform, normal, lognormal
 //! or empirical distributions; shared system-prompt groups; multi-turn sessions whose
 //! next prompt contains the previous turn (prompt + answer) after a think time; replay of
-//! native, Mooncake, Azure and BurstGPT traces. Tokens are synthesised deterministically so
+//! native, Mooncake, Azure and BurstGPT traces; multi-stage rate schedules that drain between
+//! stages (inference-perf's `load.stages`), a fixed pool of prompts cycled in a seeded order,
+//! and the client's request timeout. Tokens are synthesised deterministically so
 //! equal content means equal token ids, which is what the prefix cache keys on.
 //!
 //! Deterministic: the same spec and seed give the same requests; memory is bounded by
@@ -12,6 +14,8 @@
 
 pub mod arrivals;
 pub mod lengths;
+pub mod pool;
+pub mod stages;
 pub mod trace;
 
 use std::cmp::Reverse;
@@ -21,6 +25,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 pub use arrivals::{ArrivalProcess, ArrivalShape, RateProfile};
+pub use pool::{PoolEntry, PromptPool, MAX_PROMPT_POOL};
+pub use stages::{parse_stages, Stage, StagedArrivals};
 
 /// The longest prompt or output one request may ask for (docs/limits.md): longer than any
 /// model's context today, and small enough that a request's token ids (4 bytes each) are
@@ -58,6 +64,8 @@ pub enum Arrivals {
     },
     /// Replay; lengths and contents come from the records.
     Trace(Vec<TraceRecord>),
+    /// Stages one after another, each drained before the next starts ([`stages`]).
+    Staged(StagedArrivals),
 }
 
 /// A share of requests that start with one of a few shared system prompts.
@@ -86,6 +94,10 @@ pub struct WorkloadSpec {
     pub shared_prefix: Option<SharedPrefix>,
     pub sessions: Option<Sessions>,
     pub seed: u64,
+    /// Send prompts from a fixed pool of this many, cycled in a seeded order ([`pool`]).
+    pub prompt_pool: Option<usize>,
+    /// The client gives up on a request this long after sending it: vLLM aborts it then.
+    pub request_timeout_s: Option<f64>,
 }
 
 fn spec_err(field: &str, message: String) -> WorkloadError {
@@ -134,8 +146,35 @@ impl WorkloadSpec {
                 ));
             }
         }
-        if let Arrivals::Open(p) = &self.arrivals {
-            p.validate(self.num_requests)?;
+        match &self.arrivals {
+            Arrivals::Open(p) => p.validate(self.num_requests)?,
+            Arrivals::Staged(st) => {
+                st.validate("--stages")?;
+                if self.sessions.is_some() {
+                    return Err(spec_err(
+                        "--stages",
+                        "multi-turn sessions would carry requests across stages; use one or the other".into(),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if let Some(n) = self.prompt_pool {
+            pool::validate_size(n)?;
+            if self.sessions.is_some() || matches!(self.arrivals, Arrivals::Trace(_)) {
+                return Err(spec_err(
+                    "--prompt-pool",
+                    "applies to synthetic single-turn prompts, not to --multi-turn sessions or a trace".into(),
+                ));
+            }
+        }
+        if let Some(t) = self.request_timeout_s {
+            if !(t.is_finite() && t > 0.0 && t <= MAX_SPAN_S) {
+                return Err(spec_err(
+                    "--request-timeout",
+                    format!("{t} s must be in (0, {MAX_SPAN_S}] s"),
+                ));
+            }
         }
         Ok(())
     }
@@ -152,6 +191,8 @@ pub struct RequestSpec {
     pub max_tokens: usize,
     pub session: Option<u64>,
     pub turn: u32,
+    /// Its stage of a staged run (from 0).
+    pub stage: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -233,6 +274,17 @@ pub struct Workload {
     sessions: HashMap<u64, SessionState>,
     next_session: u64,
     group_tokens: Vec<Vec<u32>>,
+    pool: Option<PromptPool>,
+    stage: StageState,
+}
+
+/// Where a staged run is: its current stage, the requests of it still to be scheduled and
+/// those scheduled but not yet ended.
+#[derive(Clone, Debug, Default)]
+struct StageState {
+    index: usize,
+    left_to_schedule: usize,
+    unfinished: usize,
 }
 
 impl Workload {
@@ -251,8 +303,22 @@ impl Workload {
                     .collect()
             })
             .unwrap_or_default();
+        let pool = spec
+            .prompt_pool
+            .map(|n| {
+                PromptPool::new(
+                    n,
+                    &spec.input_len,
+                    &spec.output_len,
+                    spec.shared_prefix.as_ref(),
+                    spec.seed,
+                )
+            })
+            .transpose()?;
         let mut w = Workload {
             rng: ChaCha8Rng::seed_from_u64(spec.seed),
+            pool,
+            stage: StageState::default(),
             spec,
             issued: 0,
             scheduled: 0,
@@ -265,7 +331,9 @@ impl Workload {
         };
         match &w.spec.arrivals {
             // The first request arrives at time 0, like `vllm bench serve`.
-            Arrivals::Open(_) => w.push(0.0, Pending::Fresh),
+            Arrivals::Open(_) => {
+                w.push(0.0, Pending::Fresh);
+            }
             Arrivals::Closed { concurrency } => {
                 for _ in 0..*concurrency {
                     w.push(0.0, Pending::Fresh);
@@ -278,6 +346,7 @@ impl Workload {
                     w.push(t, Pending::Trace(i));
                 }
             }
+            Arrivals::Staged(_) => w.start_stage(0, 0.0),
         }
         Ok(w)
     }
@@ -291,9 +360,36 @@ impl Workload {
         self.issued
     }
 
-    fn push(&mut self, t: f64, p: Pending) {
-        if self.scheduled >= self.spec.num_requests as u64 {
+    /// Stage `k` starts at `t_s` with its first request (nothing when past the last stage).
+    fn start_stage(&mut self, k: usize, t_s: f64) {
+        let Arrivals::Staged(st) = &self.spec.arrivals else {
             return;
+        };
+        let Some(n) = st.stages.get(k).map(Stage::num_requests) else {
+            return;
+        };
+        self.stage = StageState {
+            index: k,
+            left_to_schedule: n,
+            unfinished: 0,
+        };
+        self.push_stage_request(t_s);
+    }
+
+    fn push_stage_request(&mut self, t_s: f64) {
+        if self.stage.left_to_schedule > 0 && self.push(t_s, Pending::Fresh) {
+            self.stage.left_to_schedule -= 1;
+            self.stage.unfinished += 1;
+        } else {
+            // The request cap cut the stage short: nothing more of it will come.
+            self.stage.left_to_schedule = 0;
+        }
+    }
+
+    /// Schedules a request at `t`; false once `num_requests` are scheduled.
+    fn push(&mut self, t: f64, p: Pending) -> bool {
+        if self.scheduled >= self.spec.num_requests as u64 {
+            return false;
         }
         self.scheduled += 1;
         let seq = self.seq;
@@ -306,6 +402,7 @@ impl Workload {
             },
             seq,
         )));
+        true
     }
 
     /// When the next request is due, if any is known.
@@ -325,13 +422,31 @@ impl Workload {
         self.issued += 1;
         let req = match p {
             Pending::Fresh => {
-                if let Arrivals::Open(proc_) = &self.spec.arrivals {
-                    let proc_ = proc_.clone();
-                    if let Some(next) = proc_.next_after(t, &mut self.rng) {
-                        self.push(next, Pending::Fresh);
+                let mut stage = None;
+                match &self.spec.arrivals {
+                    Arrivals::Open(proc_) => {
+                        let proc_ = proc_.clone();
+                        if let Some(next) = proc_.next_after(t, &mut self.rng) {
+                            self.push(next, Pending::Fresh);
+                        }
                     }
+                    Arrivals::Staged(st) => {
+                        stage = Some(self.stage.index as u32);
+                        if self.stage.left_to_schedule > 0 {
+                            let proc_ = ArrivalProcess {
+                                shape: st.shape.clone(),
+                                rate: RateProfile::Constant(st.stages[self.stage.index].rate),
+                            };
+                            if let Some(next) = proc_.next_after(t, &mut self.rng) {
+                                self.push_stage_request(next);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
-                self.fresh(id, t)
+                let mut req = self.fresh(id, t);
+                req.stage = stage;
+                req
             }
             Pending::Turn(s) => self.next_turn(id, t, s),
             Pending::Trace(i) => self.trace_request(id, i),
@@ -346,13 +461,28 @@ impl Workload {
     }
 
     fn fresh(&mut self, id: u64, t: f64) -> RequestSpec {
-        let group = self.pick_group();
-        let n = self.spec.input_len.sample(&mut self.rng);
-        let max_tokens = self.spec.output_len.sample(&mut self.rng);
+        // A pool entry's tokens come from its index: a prompt sent again is the same prompt.
+        let (group, n, max_tokens, content_key) = match self.pool.as_mut() {
+            Some(pool) => {
+                let e = pool.next_entry();
+                (
+                    e.group.map(|g| g as usize),
+                    e.input_len,
+                    e.max_tokens,
+                    0x5000_0000_0000 + u64::from(e.index),
+                )
+            }
+            None => {
+                let group = self.pick_group();
+                let n = self.spec.input_len.sample(&mut self.rng);
+                let max_tokens = self.spec.output_len.sample(&mut self.rng);
+                (group, n, max_tokens, 0x1000_0000_0000 + id)
+            }
+        };
         let prefix: &[u32] = group.map_or(&[], |g| &self.group_tokens[g]);
         let mut prompt = Vec::with_capacity(prefix.len() + n + output_room(max_tokens));
         prompt.extend_from_slice(prefix);
-        synth_tokens(0x1000_0000_0000 + id, n, &mut prompt);
+        synth_tokens(content_key, n, &mut prompt);
         let mut session = None;
         if let Some(s) = &self.spec.sessions {
             let turns = s.turns.sample(&mut self.rng).max(1) as u32;
@@ -377,6 +507,7 @@ impl Workload {
             max_tokens,
             session,
             turn: 0,
+            stage: None,
         }
     }
 
@@ -398,6 +529,7 @@ impl Workload {
             max_tokens,
             session: Some(sid),
             turn,
+            stage: None,
         }
     }
 
@@ -434,12 +566,20 @@ impl Workload {
             max_tokens: r.output_len,
             session: None,
             turn: 0,
+            stage: None,
         }
     }
 
     /// A request ended at `now_s` with these output tokens (`None` if it was rejected or
     /// aborted: its session ends). Schedules closed-loop follow-ups and next turns.
     pub fn on_finished(&mut self, req: &RequestSpec, output_tokens: Option<&[u32]>, now_s: f64) {
+        if req.stage.is_some() {
+            self.stage.unfinished = self.stage.unfinished.saturating_sub(1);
+            if self.stage.unfinished == 0 && self.stage.left_to_schedule == 0 {
+                // inference-perf's `run_stage` waits for every request of the stage.
+                self.start_stage(self.stage.index + 1, now_s);
+            }
+        }
         let mut continued = false;
         if let (Some(sid), Some(out)) = (req.session, output_tokens) {
             if let Some(st) = self.sessions.get_mut(&sid) {
@@ -468,6 +608,12 @@ impl Workload {
     /// Nothing more will ever arrive (no due requests and none can follow).
     pub fn is_exhausted(&self) -> bool {
         let closed = matches!(self.spec.arrivals, Arrivals::Closed { .. });
+        if let Arrivals::Staged(st) = &self.spec.arrivals {
+            let last = self.stage.index + 1 >= st.stages.len();
+            return self.due.is_empty()
+                && (self.scheduled >= self.spec.num_requests as u64
+                    || (last && self.stage.left_to_schedule == 0));
+        }
         self.due.is_empty()
             && (self.scheduled >= self.spec.num_requests as u64
                 || (self.sessions.is_empty() && !closed))
@@ -491,6 +637,8 @@ mod tests {
             }),
             sessions: None,
             seed: 3,
+            prompt_pool: None,
+            request_timeout_s: None,
         }
     }
 

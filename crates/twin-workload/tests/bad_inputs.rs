@@ -71,6 +71,8 @@ fn open_spec(rate: f64, shape: ArrivalShape, num_requests: usize) -> WorkloadSpe
         shared_prefix: None,
         sessions: None,
         seed: 0,
+        prompt_pool: None,
+        request_timeout_s: None,
     }
 }
 

@@ -97,7 +97,7 @@ pub fn run(
         scrape_interval_s: sim.scrape_interval_s,
         enable_mfu_metrics: sim.config.enable_mfu_metrics,
     });
-    let mut builder = ReportBuilder::new(sim.slo).with_arrivals(&sim.config.workload.arrivals);
+    let mut builder = ReportBuilder::new(sim.slo).with_workload(&sim.config.workload);
     let total = sim.config.workload.num_requests as u64;
     let mut progress = Progress::new(total, !sim.quiet && std::io::stderr().is_terminal());
     let t0 = Instant::now();

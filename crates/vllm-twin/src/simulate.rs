@@ -60,6 +60,9 @@ impl Observer for Progress {
     fn on_rejected(&mut self, _: usize, _: &RequestSpec) {
         self.tick();
     }
+    fn on_timed_out(&mut self, _: usize, _: &twin_sim::observe::TimedOutRequest<'_>) {
+        self.tick();
+    }
     fn on_step(&mut self, _: usize, _: &StepSample) {}
 }
 
@@ -201,7 +204,7 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     if sim.find_max_rate {
         return find_max_rate(&sim, &startup);
     }
-    let mut builder = ReportBuilder::new(sim.slo).with_arrivals(&sim.config.workload.arrivals);
+    let mut builder = ReportBuilder::new(sim.slo).with_workload(&sim.config.workload);
     let total = sim.config.workload.num_requests as u64;
     let mut progress = Progress::new(total, !sim.quiet && std::io::stderr().is_terminal());
     let want_metrics = sim.metrics_out.is_some() || sim.scrapes_out.is_some();

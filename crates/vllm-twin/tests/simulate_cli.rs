@@ -683,3 +683,64 @@ fn hidden_assumptions_are_shown_spec_acceptance_and_hybrid_blocks() {
     assert_eq!(text.matches("num_gpu_blocks").count(), 1, "{text}");
     assert!(text.contains("between 2 KV cache groups"), "{text}");
 }
+
+#[test]
+fn stages_pool_and_timeouts_reach_the_report_and_its_files() {
+    let args = [
+        "simulate",
+        "--quiet",
+        "--stages",
+        "5:20,50:10",
+        "--prompt-pool",
+        "50",
+        "--request-timeout",
+        "4s",
+    ];
+    let out = twin(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "workload: 600 requests, 2 stages of Poisson arrivals, each drained before the next: 5 req/s for 20 s, 50 req/s for 10 s",
+        "cycling a pool of 50 prompts, clients give up after 4 s",
+        "client timeout",
+        "stages (each drained before the next)",
+        "TTFT p50",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let dir = std::env::temp_dir().join(format!("twin-stages-{}", std::process::id()));
+    let mut with_out = args.to_vec();
+    let d = dir.to_string_lossy().to_string();
+    with_out.extend_from_slice(&["--out", &d]);
+    assert!(twin(&with_out).status.success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stages = report["stages"].as_array().expect("stages in report.json");
+    assert_eq!(stages.len(), 2);
+    assert_eq!(stages[1]["rate"], 50.0);
+    assert_eq!(stages[1]["num_requests"], 500);
+    for key in ["ttft_s", "itl_s", "e2e_s"] {
+        assert!(stages[1][key]["p99"].as_f64().is_some(), "{key}");
+    }
+    assert_eq!(
+        report["request_timeout"]["num_succeeded"],
+        report["num_finished"]
+    );
+    // Deterministic, and absent when the flags are.
+    assert_eq!(
+        json_report(&args[2..]),
+        json_report(&args[2..]),
+        "same seed, same report"
+    );
+    let plain = json_report(&["--num-requests", "100"]);
+    assert!(plain.get("stages").is_none() && plain.get("request_timeout").is_none());
+    // --find-max-rate searches one rate; stages have several.
+    let out = twin(&["simulate", "--find-max-rate", "--stages", "5:20,50:10"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--stages"));
+}

@@ -307,6 +307,7 @@ mod tests {
             max_tokens: 1,
             session,
             turn: 0,
+            stage: None,
         }
     }
 
