@@ -1,0 +1,83 @@
+"""Drive vllm-twin from Python.
+
+The wheel installs the ``vllm-twin`` binary beside this module (in the environment's ``bin/``);
+these functions run it and return its JSON. Every argument list is a ``vllm serve``-style command
+line, as the CLI takes it.
+
+    >>> import vllm_twin
+    >>> report = vllm_twin.simulate(["--max-num-seqs", "64", "--num-requests", "500"])
+    >>> report["ttft_s"]["p95"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from typing import Any, Sequence
+
+__all__ = ["TwinError", "binary", "run", "simulate", "find_max_rate", "version"]
+
+
+class TwinError(RuntimeError):
+    """The binary refused the command line or failed; ``str()`` is its error message."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+def binary() -> str:
+    """Path of the ``vllm-twin`` binary: the one this package installed, else one on PATH.
+
+    ``VLLM_TWIN_BINARY`` overrides both (a development build, say).
+    """
+    override = os.environ.get("VLLM_TWIN_BINARY")
+    if override:
+        return override
+    exe = "vllm-twin.exe" if sys.platform == "win32" else "vllm-twin"
+    scripts = sysconfig.get_path("scripts")
+    candidate = os.path.join(scripts, exe) if scripts else None
+    if candidate and os.path.exists(candidate):
+        return candidate
+    found = shutil.which("vllm-twin")
+    if found:
+        return found
+    raise TwinError("the vllm-twin binary is not installed (pip install vllm-twin)", 127)
+
+
+def run(args: Sequence[str], *, timeout: float | None = None) -> str:
+    """Run ``vllm-twin ARGS...`` and return its standard output."""
+    proc = subprocess.run(
+        [binary(), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        message = proc.stderr.strip() or proc.stdout.strip()
+        raise TwinError(message.removeprefix("error: "), proc.returncode)
+    return proc.stdout
+
+
+def _json(args: Sequence[str], timeout: float | None) -> Any:
+    return json.loads(run(args, timeout=timeout))
+
+
+def simulate(args: Sequence[str] = (), *, timeout: float | None = None) -> dict:
+    """``vllm-twin simulate ARGS... --json --quiet``: the report (docs/simulate.md's schema)."""
+    return _json(["simulate", *args, "--json", "--quiet"], timeout)
+
+
+def find_max_rate(args: Sequence[str] = (), *, timeout: float | None = None) -> dict:
+    """``vllm-twin simulate ARGS... --find-max-rate --json``: the sustainable rate search."""
+    return _json(["simulate", *args, "--find-max-rate", "--json", "--quiet"], timeout)
+
+
+def version() -> str:
+    """The binary's version (``vllm-twin --version``)."""
+    return run(["--version"]).strip().split()[-1]
