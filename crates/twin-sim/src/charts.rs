@@ -76,7 +76,7 @@ pub fn line_chart(
     series: &[Series<'_>],
     y_max_hint: Option<f64>,
 ) -> String {
-    chart(title, x_label, y_label, series, y_max_hint, false, &[])
+    line_chart_with_thresholds(title, x_label, y_label, series, y_max_hint, &[])
 }
 
 /// [`line_chart`] with dashed threshold lines (SLOs, alert thresholds).

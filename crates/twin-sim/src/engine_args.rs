@@ -690,20 +690,24 @@ fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, SimError> {
         .map_err(|_| cfg_err(flag, format!("{v:?} is not a valid number")))
 }
 
+/// `--constant-arrivals` / `--burstiness B` → the gap distribution (B = 1 is Poisson).
+fn arrival_shape(constant: bool, burstiness: Option<f64>) -> Result<ArrivalShape, SimError> {
+    if let Some(b) = burstiness {
+        if !(b.is_finite() && b > 0.0) {
+            return Err(cfg_err("--burstiness", format!("{b} must be > 0")));
+        }
+    }
+    Ok(match (constant, burstiness) {
+        (true, _) => ArrivalShape::Constant,
+        (false, Some(b)) if b != 1.0 => ArrivalShape::Gamma { burstiness: b },
+        _ => ArrivalShape::Poisson,
+    })
+}
+
 /// `15s`, `1m`, `500ms`, or plain seconds.
 pub fn parse_duration_s(flag: &str, v: &str) -> Result<f64, SimError> {
     let v = v.trim();
-    let (n, mult) = if let Some(x) = v.strip_suffix("ms") {
-        (x, 1e-3)
-    } else if let Some(x) = v.strip_suffix('s') {
-        (x, 1.0)
-    } else if let Some(x) = v.strip_suffix('m') {
-        (x, 60.0)
-    } else if let Some(x) = v.strip_suffix('h') {
-        (x, 3600.0)
-    } else {
-        (v, 1.0)
-    };
+    let (n, mult) = twin_workload::split_duration_unit(v);
     let x: f64 = num(flag, n)?;
     if !(x.is_finite() && x > 0.0) {
         return Err(cfg_err(flag, "must be a positive duration like 15s"));
@@ -1125,16 +1129,7 @@ pub fn simulate_from_matches(
                 ));
             }
         }
-        if let Some(b) = burstiness {
-            if !(b.is_finite() && b > 0.0) {
-                return Err(cfg_err("--burstiness", format!("{b} must be > 0")));
-            }
-        }
-        let shape = match (constant, burstiness) {
-            (true, _) => ArrivalShape::Constant,
-            (false, Some(b)) if b != 1.0 => ArrivalShape::Gamma { burstiness: b },
-            _ => ArrivalShape::Poisson,
-        };
+        let shape = arrival_shape(constant, burstiness)?;
         let staged = twin_workload::StagedArrivals { shape, stages };
         staged.validate("--stages")?;
         arrivals = Some(Arrivals::Staged(staged));
@@ -1182,18 +1177,8 @@ pub fn simulate_from_matches(
                         format!("{r} must be > 0 (or inf)"),
                     ));
                 }
-                if let Some(b) = burstiness {
-                    if !(b.is_finite() && b > 0.0) {
-                        return Err(cfg_err("--burstiness", format!("{b} must be > 0")));
-                    }
-                }
-                let shape = match (constant, burstiness) {
-                    (true, _) => ArrivalShape::Constant,
-                    (false, Some(b)) if b != 1.0 => ArrivalShape::Gamma { burstiness: b },
-                    _ => ArrivalShape::Poisson,
-                };
                 Arrivals::Open(ArrivalProcess {
-                    shape,
+                    shape: arrival_shape(constant, burstiness)?,
                     rate: profile.unwrap_or(RateProfile::Constant(r)),
                 })
             }

@@ -26,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 
 pub use arrivals::{ArrivalProcess, ArrivalShape, RateProfile};
 pub use pool::{PoolEntry, PromptPool, MAX_PROMPT_POOL};
-pub use stages::{parse_stages, Stage, StagedArrivals};
+pub use stages::{parse_stages, split_duration_unit, Stage, StagedArrivals};
 
 /// The longest prompt or output one request may ask for (docs/limits.md): longer than any
 /// model's context today, and small enough that a request's token ids (4 bytes each) are

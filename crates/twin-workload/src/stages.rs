@@ -154,8 +154,9 @@ pub fn parse_stages(field: &str, spec: &str) -> Result<Vec<Stage>, WorkloadError
     Ok(stages)
 }
 
-fn parse_seconds(v: &str) -> Option<f64> {
-    let (n, mult) = if let Some(x) = v.strip_suffix("ms") {
+/// `15s`, `1m`, `500ms`, `2h` or plain seconds → (the number's text, seconds per unit).
+pub fn split_duration_unit(v: &str) -> (&str, f64) {
+    if let Some(x) = v.strip_suffix("ms") {
         (x, 1e-3)
     } else if let Some(x) = v.strip_suffix('s') {
         (x, 1.0)
@@ -165,7 +166,11 @@ fn parse_seconds(v: &str) -> Option<f64> {
         (x, 3600.0)
     } else {
         (v, 1.0)
-    };
+    }
+}
+
+fn parse_seconds(v: &str) -> Option<f64> {
+    let (n, mult) = split_duration_unit(v);
     n.trim().parse::<f64>().ok().map(|x| x * mult)
 }
 
