@@ -8,7 +8,9 @@ use clap::{Arg, ArgAction, Command};
 use twin_cost::profile::{FitInput, FittedOn};
 use twin_cost::CalibrationProfile;
 use twin_sim::engine_args::{parse_simulate_args, SimulateArgs};
-use twin_workload::{ArrivalProcess, ArrivalShape, Arrivals, LengthDist, RateProfile};
+use twin_workload::{
+    ArrivalProcess, ArrivalShape, Arrivals, LengthDist, RateProfile, SharedPrefix,
+};
 
 use crate::bench::{read_bench, BenchInput};
 use crate::fit::{fit, median_relative_error, FitOptions, FitResult, Prepared};
@@ -33,6 +35,8 @@ pub struct Request {
     pub scrapes: Vec<String>,
     /// Requests one replay simulates at most.
     pub max_requests: usize,
+    /// Objective evaluations at most; 0: 2000 for step timings alone (each is a pass over
+    /// the steps), [`FitOptions::default`]'s otherwise (each replays the workloads).
     pub max_evals: usize,
 }
 
@@ -159,6 +163,7 @@ fn prepare_bench(
         config: Box::new(cfg),
         startup: Box::new(startup.clone()),
         targets: b.targets,
+        mean_output: None,
     })
 }
 
@@ -180,8 +185,25 @@ fn prepare_scrapes(
         shape: ArrivalShape::Poisson,
         rate: RateProfile::Constant(s.rate_per_s),
     });
+    // Prefix-cache hits change prefill work: shared prompts that hit as often as the window
+    // did, `share` of requests opening with one of a few prefixes, in place of as many
+    // tokens of their own.
+    let (mean_own, shared) = if s.prefix_hit_rate >= 0.01 {
+        let share = (2.0 * s.prefix_hit_rate).clamp(0.05, 1.0);
+        let prefix_len = (s.prefix_hit_rate * s.mean_input / share).floor().max(1.0);
+        (
+            (s.mean_input - share * prefix_len).max(1.0),
+            Some(SharedPrefix {
+                num_groups: 4,
+                prefix_len: prefix_len as usize,
+                share,
+            }),
+        )
+    } else {
+        (s.mean_input, None)
+    };
     cfg.workload.input_len = LengthDist::LogNormal {
-        mean: s.mean_input,
+        mean: mean_own,
         sigma: s.input_sigma,
     };
     cfg.workload.output_len = LengthDist::LogNormal {
@@ -189,7 +211,7 @@ fn prepare_scrapes(
         sigma: s.output_sigma,
     };
     cfg.workload.num_requests = replay_requests(req, s.requests);
-    cfg.workload.shared_prefix = None;
+    cfg.workload.shared_prefix = shared;
     cfg.workload.sessions = None;
     cfg.workload
         .validate()
@@ -200,6 +222,7 @@ fn prepare_scrapes(
         config: Box::new(cfg),
         startup: Box::new(startup.clone()),
         targets: s.targets,
+        mean_output: Some(s.mean_output),
     })
 }
 
@@ -215,7 +238,6 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
         ));
     }
     let base = base_args(req)?;
-    let startup = twin_sim::startup(&base.config)?;
     let mut warnings = Vec::new();
     let mut inputs = Vec::new();
     let resolved = base
@@ -231,17 +253,16 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
                 s.other_models.join(", ")
             ));
         }
-        let sch = &startup.scheduler;
-        if sch.max_num_seqs > 2 * s.max_batch_seqs {
+        if resolved.max_num_seqs as usize > 2 * s.max_batch_seqs {
             warnings.push(format!(
                 "{p}: steps of up to {} requests; the deployment schedules up to {} (--max-num-seqs): larger batches are extrapolated",
-                s.max_batch_seqs, sch.max_num_seqs
+                s.max_batch_seqs, resolved.max_num_seqs
             ));
         }
-        if sch.max_model_len as u64 > 2 * s.max_context {
+        if resolved.max_model_len > 2 * s.max_context {
             warnings.push(format!(
                 "{p}: contexts of up to {} tokens; the deployment allows {} (--max-model-len): longer ones are extrapolated",
-                s.max_context, sch.max_model_len
+                s.max_context, resolved.max_model_len
             ));
         }
         inputs.push(Prepared::Steps {
@@ -251,20 +272,28 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
             resolved: resolved.clone(),
         });
     }
-    for p in &req.bench {
+    // Replays need the deployment to start (its memory plan); step timings do not.
+    let startup = if req.bench.is_empty() && req.scrapes.is_empty() {
+        None
+    } else {
+        Some(twin_sim::startup(&base.config)?)
+    };
+    for (p, startup) in req.bench.iter().zip(std::iter::repeat(&startup)) {
+        let Some(startup) = startup else { break };
         let b = read_bench(p, &read_input(p)?)?;
         inputs.push(prepare_bench(req, &base, &startup, b, &mut warnings)?);
     }
-    for p in &req.scrapes {
+    for (p, startup) in req.scrapes.iter().zip(std::iter::repeat(&startup)) {
+        let Some(startup) = startup else { break };
         let s = read_scrapes(p, &read_input(p)?, &base.served_model_name)?;
         inputs.push(prepare_scrapes(req, &base, &startup, s, &mut warnings)?);
     }
-    let result = fit(
-        &inputs,
-        FitOptions {
-            max_evals: req.max_evals.max(10),
-        },
-    )?;
+    let max_evals = match req.max_evals {
+        0 if startup.is_none() => 2000,
+        0 => FitOptions::default().max_evals,
+        n => n.max(10),
+    };
+    let result = fit(&inputs, FitOptions { max_evals })?;
 
     let gpu_key = base.config.gpu.key;
     let mut summary = String::new();
@@ -294,7 +323,12 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
     if !result.frozen.is_empty() {
         let _ = writeln!(
             summary,
-            "  left at default (these inputs do not move them): {}",
+            "  left at default (these inputs do not move them{}): {}",
+            if result.one_load {
+                "; a per-step overhead needs inputs at two or more loads"
+            } else {
+                ""
+            },
             result.frozen.join(", ")
         );
     }
@@ -339,13 +373,17 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
     }
     for g in &result.at_bound {
         warnings.push(format!(
-            "{g} ended on its bound: the data want more than the model allows; the profile does not describe them"
+            "{g} ended on a bound of its search: the data want more than the named terms allow; do not trust the profile beyond these inputs"
         ));
     }
-    for (k, v) in cal.values() {
-        if !k.ends_with("_s") && !(0.5..=2.0).contains(&v) {
+    for g in &result.fitted {
+        let first = g.split('=').next().unwrap_or(g);
+        let Some(&(_, v)) = cal.values().iter().find(|(k, _)| *k == first) else {
+            continue;
+        };
+        if !first.ends_with("_s") && !(0.5..=2.0).contains(&v) {
             warnings.push(format!(
-                "{k} ×{v:.2}: the data run {} than the twin's {gpu_key} by that much (expected when they come from other hardware than --gpu; otherwise check the serve line)",
+                "{g} ×{v:.2}: the data run {} than the twin's {gpu_key} by that much (expected when they come from other hardware than --gpu; otherwise check the serve line)",
                 if v > 1.0 { "faster" } else { "slower" }
             ));
         }
@@ -441,7 +479,7 @@ pub fn command() -> Command {
                 .long("max-evals")
                 .value_name("N")
                 .value_parser(clap::value_parser!(u32).range(10..=100_000))
-                .help("objective evaluations at most (default 150)"),
+                .help("objective evaluations at most (default: 2000 for step timings alone, else 150)"),
         )
 }
 
@@ -472,9 +510,7 @@ pub fn parse(argv: &[String]) -> Result<(Request, String, String), clap::Error> 
         max_requests: m
             .get_one::<u32>("max-requests")
             .map_or(DEFAULT_MAX_REQUESTS, |&n| n as usize),
-        max_evals: m
-            .get_one::<u32>("max-evals")
-            .map_or(FitOptions::default().max_evals, |&n| n as usize),
+        max_evals: m.get_one::<u32>("max-evals").map_or(0, |&n| n as usize),
     };
     Ok((req, out, svg))
 }

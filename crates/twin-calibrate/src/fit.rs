@@ -87,6 +87,9 @@ pub enum Prepared {
         config: Box<SimConfig>,
         startup: Box<Startup>,
         targets: Vec<Target>,
+        /// The measured mean output length: a mean E2E is compared at it, not at the
+        /// replay's sampled mean (a thousand log-normal draws miss it by a few percent).
+        mean_output: Option<f64>,
     },
 }
 
@@ -143,6 +146,7 @@ impl Prepared {
                 config,
                 startup,
                 targets,
+                mean_output,
                 ..
             } => {
                 let mut cfg = (**config).clone();
@@ -160,10 +164,20 @@ impl Prepared {
                             Metric::Tpot => &r.tpot_s,
                             Metric::E2e => &r.e2e_s,
                         };
-                        let pred = match t.stat {
+                        let mut pred = match t.stat {
                             Stat::Median => d.p50,
                             Stat::Mean => d.mean,
                         };
+                        if let (Metric::E2e, Stat::Mean, Some(m)) = (t.metric, t.stat, mean_output)
+                        {
+                            // Mean E2E = mean TTFT + mean decode time, the latter linear in
+                            // the output length.
+                            let replayed = r.output_tokens.mean;
+                            if replayed > 1.0 && *m > 1.0 {
+                                let ttft = r.ttft_s.mean;
+                                pred = ttft + (pred - ttft) * (m - 1.0) / (replayed - 1.0);
+                            }
+                        }
                         (pred, t.measured_s)
                     })
                     .collect())
@@ -231,7 +245,8 @@ const MULT_LO: f64 = -2.995_732_273_553_991; // ln 0.05
 const MULT_HI: f64 = 2.995_732_273_553_991; // ln 20
 
 /// Aggregate latencies (bench, timelines) see a memory-bound speed (decode), a compute-bound
-/// speed (prefill) and a fixed cost per step: the terms are tied in those three groups.
+/// speed (prefill) and a fixed cost per step: the terms are tied in those three groups. The
+/// last is told apart from the memory-bound speed only by inputs at two or more loads.
 const TIED: [Group; 3] = [
     Group {
         terms: &["weight_stream", "attention_decode"],
@@ -329,8 +344,10 @@ pub struct FitResult {
     pub calibration: CostCalibration,
     /// Term groups searched, joined by `=` when tied (`weight_stream=attention_decode`).
     pub fitted: Vec<String>,
-    /// Terms the inputs cannot move (left at their defaults).
+    /// Terms the inputs cannot move or tell apart (left at their defaults).
     pub frozen: Vec<String>,
+    /// Only bench results or timelines at one load: the per-step overhead was left out.
+    pub one_load: bool,
     /// Searched groups that ended on a bound: the data want more than the model allows.
     pub at_bound: Vec<String>,
     pub evals: usize,
@@ -371,7 +388,16 @@ impl Search<'_> {
 
     fn objective(&mut self, x: &[f64]) -> Result<f64, SimError> {
         let cal = self.calibration(x);
-        self.objective_of(&cal)
+        // A faint pull toward the defaults settles directions the data leave flat; at 1e-5
+        // per first step squared it moves no identified term measurably.
+        let ridge: f64 = self
+            .groups
+            .iter()
+            .zip(x)
+            .map(|(g, xi)| (xi / g.step).powi(2))
+            .sum::<f64>()
+            * 1e-5;
+        Ok(self.objective_of(&cal)? + ridge)
     }
 
     fn clamp(&self, x: &mut [f64]) {
@@ -471,6 +497,9 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
     } else {
         TIED.to_vec()
     };
+    // One load level: TTFT, ITL and E2E are two equations (E2E is TTFT plus the ITLs), so
+    // a per-step overhead trades off against the memory-bound speed with nothing to choose.
+    let one_load = !has_steps && inputs.len() < 2;
     let identity = CostCalibration::default();
     let mut probe = Search {
         inputs,
@@ -486,9 +515,14 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
     let mut active = Vec::new();
     let mut frozen = Vec::new();
     for (i, g) in all.iter().enumerate() {
+        if one_load && g.scale != Scale::Log {
+            frozen.extend(g.terms.iter().map(|t| t.to_string()));
+            continue;
+        }
         let mut x = vec![0.0; all.len()];
         x[i] = g.step;
-        let f = probe.objective(&x)?;
+        let cal = probe.calibration(&x);
+        let f = probe.objective_of(&cal)?;
         if (f - objective_before).abs() > 1e-12 {
             active.push(*g);
         } else {
@@ -519,6 +553,7 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
         calibration,
         fitted: search.groups.iter().map(name).collect(),
         frozen,
+        one_load,
         at_bound,
         evals: search.evals,
         objective_before,

@@ -34,6 +34,8 @@ pub struct ScrapeInput {
     pub input_sigma: f64,
     pub mean_output: f64,
     pub output_sigma: f64,
+    /// Prefix-cache hit tokens over queried tokens in the window (0 without the counters).
+    pub prefix_hit_rate: f64,
     pub counter_resets: usize,
     pub targets: Vec<Target>,
 }
@@ -213,6 +215,12 @@ pub fn read_scrapes(
     };
     let (mean_input, input_sigma) = lengths("vllm:request_prompt_tokens")?;
     let (mean_output, output_sigma) = lengths("vllm:request_generation_tokens")?;
+    let queries = inc("vllm:prefix_cache_queries_total");
+    let prefix_hit_rate = if queries > 0.0 {
+        (inc("vllm:prefix_cache_hits_total") / queries).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     Ok(ScrapeInput {
         path: path.to_string(),
         num_scrapes: scrapes.len(),
@@ -224,6 +232,7 @@ pub fn read_scrapes(
         input_sigma,
         mean_output,
         output_sigma,
+        prefix_hit_rate,
         counter_resets: tracker.resets(),
         targets,
     })
