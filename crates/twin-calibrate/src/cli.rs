@@ -267,9 +267,9 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
         }
         inputs.push(Prepared::Steps {
             input: s,
-            model: base.config.model.clone(),
-            gpu: base.config.gpu.clone(),
-            resolved: resolved.clone(),
+            model: Box::new(base.config.model.clone()),
+            gpu: Box::new(base.config.gpu.clone()),
+            resolved: Box::new(resolved.clone()),
         });
     }
     // Replays need the deployment to start (its memory plan); step timings do not.
@@ -281,12 +281,12 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
     for (p, startup) in req.bench.iter().zip(std::iter::repeat(&startup)) {
         let Some(startup) = startup else { break };
         let b = read_bench(p, &read_input(p)?)?;
-        inputs.push(prepare_bench(req, &base, &startup, b, &mut warnings)?);
+        inputs.push(prepare_bench(req, &base, startup, b, &mut warnings)?);
     }
     for (p, startup) in req.scrapes.iter().zip(std::iter::repeat(&startup)) {
         let Some(startup) = startup else { break };
         let s = read_scrapes(p, &read_input(p)?, &base.served_model_name)?;
-        inputs.push(prepare_scrapes(req, &base, &startup, s, &mut warnings)?);
+        inputs.push(prepare_scrapes(req, &base, startup, s, &mut warnings)?);
     }
     let max_evals = match req.max_evals {
         0 if startup.is_none() => 2000,
@@ -435,7 +435,8 @@ pub fn command() -> Command {
             .action(ArgAction::Append)
             .help(help)
     };
-    Command::new("vllm-twin calibrate")
+    Command::new("calibrate")
+        .bin_name("vllm-twin calibrate")
         .about("Fit the cost model's efficiency terms to a deployment's own data; write a profile for --calibration")
         .arg(
             Arg::new("serve")

@@ -76,9 +76,9 @@ pub enum Prepared {
     /// Step timings, priced by the cost model for the declared model, GPU and flags.
     Steps {
         input: StepInput,
-        model: ModelSpec,
-        gpu: GpuSpec,
-        resolved: ResolvedServeConfig,
+        model: Box<ModelSpec>,
+        gpu: Box<GpuSpec>,
+        resolved: Box<ResolvedServeConfig>,
     },
     /// A bench result or a timeline, replayed through the simulator.
     Replay {
@@ -471,13 +471,10 @@ impl Search<'_> {
                 } else {
                     let x_best = simplex[0].0.clone();
                     for s in simplex.iter_mut().skip(1) {
-                        for d in 0..n {
-                            s.0[d] = x_best[d] + 0.5 * (s.0[d] - x_best[d]);
+                        for (v, b) in s.0.iter_mut().zip(&x_best) {
+                            *v = b + 0.5 * (*v - b);
                         }
-                    }
-                    for i in 1..=n {
-                        let x = simplex[i].0.clone();
-                        simplex[i].1 = self.objective(&x)?;
+                        s.1 = self.objective(&s.0)?;
                     }
                 }
             }

@@ -208,7 +208,7 @@ pub fn read_steps(
                         .filter(|x| x.len() == 2)
                         .and_then(|x| Some((x[0].as_u64()?, x[1].as_u64()?)));
                     let Some((n, c)) =
-                        pair.filter(|&(n, c)| n >= 1 && n <= MAX_TOKENS && c <= MAX_TOKENS)
+                        pair.filter(|&(n, c)| (1..=MAX_TOKENS).contains(&n) && c <= MAX_TOKENS)
                     else {
                         return Err(input_err(path, format!("line {line}: field \"seqs[{j}]\": expected [new_tokens >= 1, context_len]")));
                     };
