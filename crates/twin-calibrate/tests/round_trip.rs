@@ -162,3 +162,45 @@ fn a_bench_result_of_an_h100_run_calibrates_an_a100_twin() {
         out.warnings
     );
 }
+
+#[test]
+fn timelines_at_two_loads_also_fit_a_per_step_overhead_and_reproduce_both() {
+    const LOW: &str = "--request-rate 2 --num-requests 400 --input-len lognormal:mean=800,sigma=0.6 --output-len lognormal:mean=160,sigma=0.5 --shared-prefix none";
+    const HIGH: &str = "--request-rate 12 --num-requests 1200 --input-len lognormal:mean=800,sigma=0.6 --output-len lognormal:mean=160,sigma=0.5 --shared-prefix none";
+    let mut paths = Vec::new();
+    let mut h100 = Vec::new();
+    for (name, w) in [("low.om", LOW), ("high.om", HIGH)] {
+        let (r, timeline) = run(w, "--gpu h100", Some(15.0));
+        let p = tmp(name);
+        std::fs::write(&p, timeline.unwrap()).unwrap();
+        paths.push(p.to_string_lossy().into_owned());
+        h100.push(r);
+    }
+    let out = calibrate(&Request {
+        serve_line: SERVE.split_whitespace().map(str::to_string).collect(),
+        gpu: "a100-80gb".into(),
+        scrapes: paths,
+        max_requests: 1200,
+        max_evals: 200,
+        ..Request::default()
+    })
+    .unwrap();
+    assert!(
+        out.fit.fitted.iter().any(|g| g == "step_overhead_s"),
+        "{}",
+        out.summary
+    );
+    for i in &out.profile.fitted_on.inputs {
+        assert!(i.error_after < 0.03, "{}", out.summary);
+    }
+    let profile = tmp("a100-two-loads.json");
+    std::fs::write(&profile, out.profile.to_json()).unwrap();
+    for (w, reference) in [LOW, HIGH].into_iter().zip(&h100) {
+        let (calibrated, _) = run(
+            w,
+            &format!("--gpu a100-80gb --calibration {}", profile.display()),
+            None,
+        );
+        assert_reproduces(reference, &calibrated, w);
+    }
+}

@@ -1070,6 +1070,14 @@ pub fn simulate_from_matches(
                     fitted.gpu, gpu.key
                 ));
             }
+            if fitted.tensor_parallel_size > 0
+                && fitted.tensor_parallel_size != serve.tensor_parallel_size
+            {
+                notes.push(format!(
+                    "--calibration {path}: fitted at TP {}, simulating TP {}; its terms may not carry over",
+                    fitted.tensor_parallel_size, serve.tensor_parallel_size
+                ));
+            }
             if !fitted.model.is_empty() && fitted.model != model_name {
                 notes.push(format!(
                     "--calibration {path}: fitted for model {}, simulating {model_name}; its terms may not carry over",
