@@ -16,7 +16,7 @@ pub mod scrapes;
 pub mod steps;
 pub mod svg;
 
-/// Bytes of one input file read at most (a day of 15 s scrapes of one server is ~200 MB).
+/// Bytes of one input file read at most (a day of 15 s scrapes of one server is ~300 MB).
 pub const MAX_INPUT_BYTES: u64 = 1 << 30;
 
 /// What went wrong, naming the file (and line or field) at fault.

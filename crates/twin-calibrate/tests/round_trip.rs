@@ -161,6 +161,40 @@ fn a_bench_result_of_an_h100_run_calibrates_an_a100_twin() {
         "{:?}",
         out.warnings
     );
+    let profile = tmp("a100-from-h100-bench.json");
+    std::fs::write(&profile, out.profile.to_json()).unwrap();
+    let (calibrated, _) = run(
+        RANDOM_DATASET,
+        &format!("--gpu a100-80gb --calibration {}", profile.display()),
+        None,
+    );
+    assert_reproduces(&h100, &calibrated, "A100 + bench profile");
+
+    // With --save-detailed, each request's lengths are replayed and nothing is said of them.
+    let mut detailed = bench.clone();
+    let n = h100.num_finished as usize;
+    detailed["input_lens"] = serde_json::json!(vec![800; n]);
+    detailed["output_lens"] = serde_json::json!(vec![160; n]);
+    std::fs::write(&path, detailed.to_string()).unwrap();
+    let again = calibrate(&Request {
+        serve_line: SERVE.split_whitespace().map(str::to_string).collect(),
+        gpu: "a100-80gb".into(),
+        bench: vec![path.to_string_lossy().into_owned()],
+        max_requests: 800,
+        max_evals: 150,
+        ..Request::default()
+    })
+    .unwrap();
+    assert!(
+        !again.warnings.iter().any(|w| w.contains("--save-detailed")),
+        "{:?}",
+        again.warnings
+    );
+    assert!(
+        again.profile.fitted_on.inputs[0].error_after < 0.03,
+        "{}",
+        again.summary
+    );
 }
 
 #[test]
