@@ -455,6 +455,48 @@ mod tests {
     }
 
     #[test]
+    fn every_calibration_in_bounds_prices_every_catalog_pair_finite_and_positive() {
+        use crate::{gpu, model, BatchShape, CostModel, ServeConfig};
+        // The bounds' corners and the identity, on every model and GPU that start.
+        let corners: Vec<CostCalibration> = (0..64u32)
+            .map(|bits| {
+                let mut c = CostCalibration::default();
+                for (i, (name, lo, hi)) in TERMS.iter().enumerate() {
+                    c.set(name, if bits >> i & 1 == 1 { *hi } else { *lo });
+                }
+                c
+            })
+            .chain([CostCalibration::default()])
+            .collect();
+        let mut checked = 0;
+        for m in model::catalog() {
+            for g in gpu::catalog() {
+                let Ok(rc) = ServeConfig::default().resolve(&m, g) else {
+                    continue;
+                };
+                for c in &corners {
+                    c.validate().unwrap();
+                    let cost = CostModel::with_calibration(&m, g, &rc, c).unwrap();
+                    let mut b = BatchShape::new();
+                    b.push_prefill(2048, 100, true);
+                    for i in 0..300 {
+                        b.push_decode(1 + 97 * i);
+                    }
+                    let step = cost.step_time_s(&b);
+                    assert!(
+                        step.step_time_s.is_finite() && step.step_time_s > 0.0,
+                        "{} on {} with {c:?}: {step:?}",
+                        m.name,
+                        g.key
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+    }
+
+    #[test]
     fn a_minimal_profile_is_the_identity() {
         let p = CalibrationProfile::from_json(r#"{"schema": "vllm-twin-calibration/1"}"#).unwrap();
         assert!(p.terms.is_identity());
