@@ -12,6 +12,8 @@
 //! - [`roofline`]: [`CostModel::step_time_s`], the time of one engine step for a
 //!   [`BatchShape`], with a breakdown and DCGM-style utilisation.
 //! - [`spec_decode`]: `--speculative-config` parsing and the acceptance model.
+//! - [`profile`]: a deployment's calibration (`vllm-twin calibrate`, `--calibration FILE`):
+//!   multipliers on named terms, [`CostCalibration`] (default: today's constants exactly).
 //! - [`calibration`]: predictions for the published vLLM points (tests, docs/cost-model.md).
 //!
 //! Typical use from the simulator:
@@ -33,6 +35,7 @@ pub mod gpu;
 pub mod memory_plan;
 pub mod model;
 pub mod precision;
+pub mod profile;
 pub mod roofline;
 pub mod spec_decode;
 pub mod units;
@@ -46,6 +49,7 @@ pub use memory_plan::{
 };
 pub use model::{from_hf_config_json, ModelSpec};
 pub use precision::{KvCacheDtype, WeightFormat};
+pub use profile::{CalibrationProfile, CostCalibration, ProfileError, PROFILE_SCHEMA};
 pub use roofline::{
     BatchShape, CostModel, DecodeGroup, GraphMode, SeqChunk, StepBreakdown, StepCost, Utilisation,
 };

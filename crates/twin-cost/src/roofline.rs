@@ -19,6 +19,7 @@ use crate::memory_plan::{
 };
 use crate::model::{Attention, ModelSpec};
 use crate::precision::{KvCacheDtype, MathRate, WeightFormat};
+use crate::profile::CostCalibration;
 use crate::spec_decode::{SpecDecodeConfig, SpecMethod};
 
 // ---------------------------------------------------------------------------------------------
@@ -390,6 +391,9 @@ pub struct CostModel {
     spec: Option<SpecDecodeConfig>,
     draft: Option<DraftConsts>,
     rate_peak_bf16: f64,
+    // HBM streaming rate of elementwise, sampler and drafter traffic.
+    stream_bw: f64,
+    calibration: CostCalibration,
 }
 
 fn peak_for(gpu: &GpuSpec, rate: MathRate) -> (f64, f64) {
@@ -430,6 +434,17 @@ impl CostModel {
         model: &ModelSpec,
         gpu: &GpuSpec,
         cfg: &ResolvedServeConfig,
+    ) -> Result<Self, CostError> {
+        Self::with_calibration(model, gpu, cfg, &CostCalibration::default())
+    }
+
+    /// [`CostModel::new`] with a deployment's calibration applied to the named terms; the
+    /// default calibration gives the same bits as `new`.
+    pub fn with_calibration(
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        cfg: &ResolvedServeConfig,
+        cal: &CostCalibration,
     ) -> Result<Self, CostError> {
         let tp = cfg.tensor_parallel_size.max(1);
         let pp = cfg.pipeline_parallel_size.max(1);
@@ -566,32 +581,38 @@ impl CostModel {
             hidden: h,
             dense_params,
             dense_weight_bytes,
-            dense_peak_flops: achievable_flops(gpu, wf),
+            dense_peak_flops: achievable_flops(gpu, wf) * cal.gemm,
             dense_bw: gpu.hbm_bandwidth_bytes_per_s
                 * WEIGHT_STREAM_EFFICIENCY
-                * wf.stream_efficiency(gpu),
+                * wf.stream_efficiency(gpu)
+                * cal.weight_stream,
             num_experts,
             experts_per_token: top_k,
             ln_one_minus_k_over_e: ln_one_minus,
             expert_params,
             expert_bytes: expert_params * ef.bytes_per_param(),
-            expert_peak_flops: achievable_flops(gpu, ef) * MOE_GEMM_EFFICIENCY,
+            expert_peak_flops: achievable_flops(gpu, ef) * MOE_GEMM_EFFICIENCY * cal.gemm,
             expert_bw: gpu.hbm_bandwidth_bytes_per_s
                 * WEIGHT_STREAM_EFFICIENCY
-                * ef.stream_efficiency(gpu),
+                * ef.stream_efficiency(gpu)
+                * cal.weight_stream,
             kv_bytes_full: kv_full,
             kv_bytes_sliding: kv_sliding,
             qk_flops_decode: qk_decode,
             qk_flops_prefill: qk_prefill,
             mla_up_proj_flops_per_ctx_token: up_proj,
-            kv_token_overhead_s: overhead_for(dtype),
-            kv_token_overhead_sliding_s: overhead_for(sw_dtype),
-            attn_peak_flops: gpu.bf16_dense_flops_per_s * ATTN_PREFILL_EFFICIENCY,
-            kv_bw: gpu.hbm_bandwidth_bytes_per_s * KV_READ_BANDWIDTH_EFFICIENCY,
+            kv_token_overhead_s: overhead_for(dtype) / cal.attention_decode,
+            kv_token_overhead_sliding_s: overhead_for(sw_dtype) / cal.attention_decode,
+            attn_peak_flops: gpu.bf16_dense_flops_per_s
+                * ATTN_PREFILL_EFFICIENCY
+                * cal.attention_prefill,
+            kv_bw: gpu.hbm_bandwidth_bytes_per_s
+                * KV_READ_BANDWIDTH_EFFICIENCY
+                * cal.attention_decode,
             q_bytes_per_token: 2.0 * 2.0 * q_rank,
             vocab: model.vocab_size as f64,
             lm_head_params: model.lm_head_params() as f64 / t,
-            lm_head_peak: achievable_flops(gpu, WeightFormat::Bf16),
+            lm_head_peak: achievable_flops(gpu, WeightFormat::Bf16) * cal.gemm,
             elementwise_bytes_per_token: elementwise,
             fixed_layers_s: kernels * KERNEL_LATENCY_FLOOR_S,
             moe_overhead_s: moe_layers * MOE_LAYER_OVERHEAD_S,
@@ -604,6 +625,8 @@ impl CostModel {
             spec: cfg.speculative.clone(),
             draft,
             rate_peak_bf16: gpu.bf16_dense_flops_per_s,
+            stream_bw: gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY * cal.weight_stream,
+            calibration: *cal,
         })
     }
 
@@ -614,6 +637,21 @@ impl CostModel {
         plan: &MemoryPlan,
     ) -> Result<Self, CostError> {
         Self::new(model, gpu, &plan.config)
+    }
+
+    /// [`CostModel::from_plan`] with a deployment's calibration.
+    pub fn from_plan_with_calibration(
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        plan: &MemoryPlan,
+        cal: &CostCalibration,
+    ) -> Result<Self, CostError> {
+        Self::with_calibration(model, gpu, &plan.config, cal)
+    }
+
+    /// The calibration this model was built with (the identity unless one was given).
+    pub fn calibration(&self) -> &CostCalibration {
+        &self.calibration
     }
 
     fn draft_consts(
@@ -889,8 +927,7 @@ impl CostModel {
 
         // Elementwise.
         let ew_bytes = self.elementwise_bytes_per_token * tf * self.layers;
-        let elementwise_s =
-            ew_bytes / (self.gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY);
+        let elementwise_s = ew_bytes / self.stream_bw;
 
         // LM head + sampler over sampled rows (logits fp32).
         let lm_flops = 2.0 * self.lm_head_params * rows_f;
@@ -901,8 +938,7 @@ impl CostModel {
             0.0
         };
         let logit_bytes = rows_f * self.vocab * 4.0 * SAMPLER_LOGIT_PASSES;
-        let sampler_s =
-            logit_bytes / (self.gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY);
+        let sampler_s = logit_bytes / self.stream_bw;
 
         // TP all-reduce: 2 per layer of tokens x hidden bf16, + logits all-gather.
         let tp_s = if self.tp > 1 {
@@ -968,6 +1004,11 @@ impl CostModel {
         } else {
             host_cpu_s
         };
+        // A calibration's measured host time no async overlap hides (0 by default: same bits).
+        let cal = &self.calibration;
+        let host_extra_s = cal.step_overhead_s + cal.per_seq_overhead_s * f64::from(num_seqs);
+        let host_cpu_s = (host_cpu_s + host_extra_s).max(0.0);
+        let host_exposed_s = (host_exposed_s + host_extra_s).max(0.0);
         let step_time_s = gpu_time + host_exposed_s;
 
         // PP: the slowest stage bounds the interval between micro-batches.
@@ -1048,11 +1089,12 @@ impl CostModel {
     }
 
     fn dense_peak_rate(&self) -> f64 {
-        self.dense_peak_flops / GEMM_SHAPE_EFFICIENCY
+        self.dense_peak_flops / (GEMM_SHAPE_EFFICIENCY * self.calibration.gemm)
     }
 
     fn expert_peak_rate(&self) -> f64 {
-        self.expert_peak_flops / (GEMM_SHAPE_EFFICIENCY * MOE_GEMM_EFFICIENCY)
+        self.expert_peak_flops
+            / (GEMM_SHAPE_EFFICIENCY * MOE_GEMM_EFFICIENCY * self.calibration.gemm)
     }
 
     /// GPU seconds, host seconds, FLOPs and bytes of drafting k tokens for `rows` requests.
@@ -1066,7 +1108,7 @@ impl CostModel {
         match d.method {
             SpecMethod::Ngram | SpecMethod::Suffix => (0.0, NGRAM_CPU_PER_SEQ_S * rows, 0.0, 0.0),
             _ => {
-                let bw = self.gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY;
+                let bw = self.stream_bw;
                 let peak = self.lm_head_peak;
                 let fixed = d.layers * KERNELS_PER_DENSE_LAYER * KERNEL_LATENCY_FLOOR_S
                     + STEP_GPU_FIXED_S * 0.5;

@@ -183,7 +183,8 @@ pub async fn start_replica(
         Err(e) => return Err(e.into()),
     };
     let m = &cfg.sim.config;
-    let cost = CostModel::from_plan(&m.model, &m.gpu, &startup.plan)?;
+    let cost =
+        CostModel::from_plan_with_calibration(&m.model, &m.gpu, &startup.plan, &m.calibration)?;
     let core = EngineCore::new(startup.scheduler.clone())?;
     let tokenizer = Arc::new(Tokenizer::new()?);
     let mut runner = FillerRunner::new(m.seed);

@@ -70,6 +70,8 @@ pub struct SimConfig {
     /// Let plain decodes coast (`Scheduler::enable_coasting`): the same steps, batches and
     /// blocks, without visiting every decode every step. Off only to check that claim.
     pub coast_decodes: bool,
+    /// `--calibration FILE`: the cost model's terms fitted to a deployment (identity unless given).
+    pub calibration: twin_cost::CostCalibration,
 }
 
 /// What start-up produced: the plan and the scheduler configuration derived from it.
@@ -302,7 +304,12 @@ impl EngineSlot {
                 field: e.field.to_string(),
                 message: e.message,
             })?;
-        let cost = CostModel::from_plan(&cfg.model, &cfg.gpu, &startup.plan)?;
+        let cost = CostModel::from_plan_with_calibration(
+            &cfg.model,
+            &cfg.gpu,
+            &startup.plan,
+            &cfg.calibration,
+        )?;
         // Coasting decodes need the cost model's closed form and the runner's tokens.
         if cfg.coast_decodes && cost.costs_decode_groups() {
             if let Some(tokens) = runner.plan.position_keyed() {

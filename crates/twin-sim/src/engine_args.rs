@@ -35,6 +35,11 @@ const TWIN_FLAGS: &[(&str, Option<&str>, &str)] = &[
         "a Hugging Face config.json to use instead of the catalog",
     ),
     (
+        "calibration",
+        Some("FILE"),
+        "a profile from `vllm-twin calibrate` (vllm-twin-calibration/1): the cost model's terms fitted to a deployment",
+    ),
+    (
         "workload",
         Some("NAME|FILE"),
         "preset (chat, rag, code, summarize, long-context, batch) or a trace file",
@@ -1092,6 +1097,40 @@ pub fn simulate_from_matches(
     let gpu = twin_cost::gpu::lookup(&gpu_name)
         .map_err(|e| cfg_err("--gpu", e.to_string()))?
         .clone();
+    let calibration = match twin("calibration") {
+        None => twin_cost::CostCalibration::default(),
+        Some(path) => {
+            let text =
+                read_file(path).map_err(|e| cfg_err("--calibration", format!("{path}: {e}")))?;
+            let p = twin_cost::CalibrationProfile::from_json(&text)
+                .map_err(|e| cfg_err("--calibration", format!("{path}: {e}")))?;
+            // A profile holds for the deployment it was fitted on; elsewhere it is a guess.
+            let fitted = &p.fitted_on;
+            if !fitted.gpu.is_empty()
+                && twin_cost::gpu::lookup(&fitted.gpu).map(|g| g.key) != Ok(gpu.key)
+            {
+                notes.push(format!(
+                    "--calibration {path}: fitted for GPU {}, simulating {}; its terms may not carry over",
+                    fitted.gpu, gpu.key
+                ));
+            }
+            if fitted.tensor_parallel_size > 0
+                && fitted.tensor_parallel_size != serve.tensor_parallel_size
+            {
+                notes.push(format!(
+                    "--calibration {path}: fitted at TP {}, simulating TP {}; its terms may not carry over",
+                    fitted.tensor_parallel_size, serve.tensor_parallel_size
+                ));
+            }
+            if !fitted.model.is_empty() && fitted.model != model_name {
+                notes.push(format!(
+                    "--calibration {path}: fitted for model {}, simulating {model_name}; its terms may not carry over",
+                    fitted.model
+                ));
+            }
+            p.terms
+        }
+    };
 
     // Workload: a preset or a trace file, then the flags on top.
     let wl = workload_arg.unwrap_or("chat");
@@ -1254,6 +1293,7 @@ pub fn simulate_from_matches(
         kv_cache_metrics_sample: kv_cache_metrics.then_some(kv_cache_metrics_sample),
         enable_mfu_metrics,
         coast_decodes,
+        calibration,
     };
     Ok(SimulateArgs {
         served_model_name: served_model_name.unwrap_or_else(|| model_name.clone()),
@@ -1343,6 +1383,53 @@ mod tests {
 
     fn err(s: &str) -> String {
         parse(s).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_calibration_profile_reaches_the_config_and_bad_ones_name_file_and_field() {
+        let args = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_string).collect() };
+        let good = r#"{"schema": "vllm-twin-calibration/1", "terms": {"gemm": 0.5},
+            "fitted_on": {"gpu": "a100-80gb", "model": "meta-llama/Llama-3.1-8B-Instruct"}}"#;
+        let read = |p: &str| -> Result<String, String> {
+            match p {
+                "good.json" => Ok(good.to_string()),
+                "v2.json" => Ok(r#"{"schema": "vllm-twin-calibration/2"}"#.to_string()),
+                "typo.json" => {
+                    Ok(r#"{"schema": "vllm-twin-calibration/1", "terms": {"gem": 1}}"#.to_string())
+                }
+                _ => Err("no such file".to_string()),
+            }
+        };
+        let a = parse_simulate_args(&args("--calibration good.json"), &read).unwrap();
+        assert_eq!(a.config.calibration.gemm, 0.5);
+        // Fitted for an A100, simulating the default H100: said, not silent.
+        assert!(
+            a.notes
+                .iter()
+                .any(|n| n.contains("fitted for GPU a100-80gb")),
+            "{:?}",
+            a.notes
+        );
+        let b = parse_simulate_args(&args("--gpu a100 --calibration good.json"), &read).unwrap();
+        assert!(
+            !b.notes.iter().any(|n| n.contains("fitted for")),
+            "{:?}",
+            b.notes
+        );
+        assert!(parse("").unwrap().config.calibration.is_identity());
+        for (file, field) in [
+            ("v2.json", "field schema"),
+            ("typo.json", "field terms.gem"),
+            ("gone.json", "no such file"),
+        ] {
+            let e = parse_simulate_args(&args(&format!("--calibration {file}")), &read)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("--calibration") && e.contains(file) && e.contains(field),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -60,6 +60,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Fit the cost model to a deployment's own data (step timings, `vllm bench serve`
+    /// results, /metrics timelines); write a profile for `--calibration FILE`.
+    #[command(disable_help_flag = true)]
+    Calibrate {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The interactive parameter→metric simulator in the browser.
     #[command(disable_help_flag = true)]
     Sandbox {
@@ -184,6 +191,7 @@ fn main() -> ExitCode {
                 Ok(ExitCode::from(e.exit_code()))
             }
         },
+        Command::Calibrate { args } => Ok(twin_calibrate::cli::calibrate_main(&args)),
         Command::Sandbox { args } => Ok(twin_sandbox::cli::sandbox_main(&args)),
         Command::Kit {
             out,
