@@ -19,6 +19,7 @@ fn real_subcommand(name: &str) -> Option<clap::Command> {
         "bench-serve" => ("bench-serve", twin_server::bench::bench_command()),
         "doctor" => ("doctor", twin_doctor::cli::doctor_command()),
         "sandbox" => ("sandbox", twin_sandbox::cli::sandbox_command()),
+        "calibrate" => ("calibrate", twin_calibrate::cli::command()),
         _ => return None,
     };
     // Hidden flags (serve's refused simulate flags) are not offered: clap_complete would.

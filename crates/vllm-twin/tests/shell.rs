@@ -69,6 +69,7 @@ fn bash_completes_every_subcommands_real_flags() {
         ),
         (&["vllm-twin", "sandbox", "--po"][..], "--port"),
         (&["vllm-twin", "kit", "--kv-w"][..], "--kv-warning"),
+        (&["vllm-twin", "calibrate", "--max-ev"][..], "--max-evals"),
     ] {
         let got = bash_complete(&script, words);
         assert!(got.iter().any(|g| g == want), "{words:?}: {got:?}");
