@@ -19,7 +19,7 @@ mod text;
 
 use std::path::{Path, PathBuf};
 
-pub use options::KitOptions;
+pub use options::{slo_bound_from_ms, KitOptions};
 
 /// Why the kit could not be produced.
 #[derive(Debug, thiserror::Error)]

@@ -378,6 +378,29 @@ impl KitOptions {
     }
 }
 
+/// An SLO given in milliseconds on the command line (`--slo-ttft-ms`, `--slo-itl-ms`, the
+/// spelling `simulate` and `doctor` use), as the bucket bound in seconds the kit needs. The
+/// error names `flag` and lists the usable bounds in milliseconds.
+pub fn slo_bound_from_ms(flag: &str, ms: f64, buckets: &[f64]) -> Result<f64, String> {
+    let usable = &buckets[..buckets.len().saturating_sub(1)];
+    match usable
+        .iter()
+        .find(|b| ms.is_finite() && (*b * 1000.0 - ms).abs() < 1e-6)
+    {
+        Some(b) => Ok(*b),
+        None => {
+            let list: Vec<String> = usable
+                .iter()
+                .map(|b| num((b * 1e9).round() / 1e6))
+                .collect();
+            Err(format!(
+                "{flag} {ms}: not one of vLLM 0.34's bucket bounds (SLO attainment reads _bucket{{le=...}}); use one of {} (ms)",
+                list.join(", ")
+            ))
+        }
+    }
+}
+
 /// A Prometheus duration for whole seconds: `300` → `5m`, `90` → `90s`, `3600` → `1h`.
 pub(crate) fn duration(seconds: u32) -> String {
     if seconds == 0 {
@@ -510,6 +533,25 @@ mod tests {
                 other => panic!("{field}: expected InvalidOption, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn slo_milliseconds_map_to_bucket_bounds() {
+        assert_eq!(
+            slo_bound_from_ms("--slo-ttft-ms", 500.0, TTFT_BUCKETS),
+            Ok(0.5)
+        );
+        assert_eq!(
+            slo_bound_from_ms("--slo-itl-ms", 20.0, ITL_BUCKETS),
+            Ok(0.02)
+        );
+        let e = slo_bound_from_ms("--slo-ttft-ms", 700.0, TTFT_BUCKETS).unwrap_err();
+        assert!(e.starts_with("--slo-ttft-ms 700"), "{e}");
+        assert!(e.contains("500, 750, 1000"), "{e}");
+        // The largest bound (+Inf's neighbour) cannot be an SLO, as with ttft_slo_s.
+        let last = TTFT_BUCKETS[TTFT_BUCKETS.len() - 1] * 1000.0;
+        assert!(slo_bound_from_ms("--slo-ttft-ms", last, TTFT_BUCKETS).is_err());
+        assert!(slo_bound_from_ms("--slo-itl-ms", f64::NAN, ITL_BUCKETS).is_err());
     }
 
     #[test]
