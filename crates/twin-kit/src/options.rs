@@ -542,8 +542,12 @@ mod tests {
             Ok(0.5)
         );
         assert_eq!(
-            slo_bound_from_ms("--slo-itl-ms", 20.0, ITL_BUCKETS),
+            slo_bound_from_ms("--slo-ttft-ms", 20.0, TTFT_BUCKETS),
             Ok(0.02)
+        );
+        assert_eq!(
+            slo_bound_from_ms("--slo-itl-ms", 25.0, ITL_BUCKETS),
+            Ok(0.025)
         );
         let e = slo_bound_from_ms("--slo-ttft-ms", 700.0, TTFT_BUCKETS).unwrap_err();
         assert!(e.starts_with("--slo-ttft-ms 700"), "{e}");
