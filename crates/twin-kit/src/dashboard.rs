@@ -400,7 +400,7 @@ Root cause: the KV block pool is exhausted (`vllm:kv_cache_usage_perc` touches 1
 const PLAYBOOK_HPA: &str = r#"
 **4. Autoscaling signals (HPA / KEDA)**
 
-*Never* scale on CPU utilisation, `DCGM_FI_DEV_GPU_UTIL` (always ~100%) or `DCGM_FI_DEV_FB_USED` (full from start-up). Scale on `vllm:kv_cache_usage_perc` > 0.65 together with `vllm:num_requests_waiting` > 3 (queue non-empty for 15–30 s) — KV usage alone can plateau while the queue grows under prefill-heavy load. The kit's `k8s/` files implement exactly this.
+*Never* scale on CPU utilisation, `DCGM_FI_DEV_GPU_UTIL` (always ~100%) or `DCGM_FI_DEV_FB_USED` (full from start-up). Scale on `vllm:kv_cache_usage_perc` > 0.65 **or** `vllm:num_requests_waiting` > 3 per pod (queue non-empty for 15–30 s): an HPA with two metrics computes a replica count for each and takes the larger, so either one alone scales out and scale-in needs both below target. KV usage alone can plateau while the queue grows under prefill-heavy load. The kit's `k8s/` files implement exactly this.
 "#;
 
 /// `grafana/vllm-dashboard.json`.

@@ -229,12 +229,20 @@ const DCGM_FAMILIES: &[Family] = &[
     dcgm!("DCGM_FI_PROF_SM_ACTIVE"),
 ];
 
-/// Prometheus' own per-target series.
-const PROMETHEUS_FAMILIES: &[Family] = &[Family {
-    name: "up",
-    kind: Kind::Gauge,
-    labels: &[],
-}];
+/// Prometheus' own per-target series, and the API server's HTTP counter from
+/// prometheus_fastapi_instrumentator (`default()`: status grouped to `2xx`/`4xx`/`5xx`).
+const PROMETHEUS_FAMILIES: &[Family] = &[
+    Family {
+        name: "up",
+        kind: Kind::Gauge,
+        labels: &[],
+    },
+    Family {
+        name: "http_requests",
+        kind: Kind::Counter,
+        labels: &["handler", "method", "status"],
+    },
+];
 
 /// Labels a scrape adds to every series: `instance`/`job` always, the rest from
 /// Kubernetes service discovery (prometheus-operator ServiceMonitor/PodMonitor relabelling).

@@ -2,7 +2,8 @@
 //! the seed article's three layers (golden signals → engine scheduling → GPU hardware),
 //! Prometheus recording and alerting rules with runbook annotations, `promtool test rules`
 //! unit tests that make every alert fire once and stay quiet once, and autoscaling manifests
-//! (prometheus-adapter rules, an `autoscaling/v2` HPA, a KEDA ScaledObject). Every PromQL
+//! (prometheus-adapter rules, an `autoscaling/v2` HPA, a KEDA ScaledObject) and the
+//! prometheus-operator ServiceMonitor/PodMonitor that scrape vLLM and dcgm-exporter. Every PromQL
 //! expression it emits is parsed and checked against the one family list in [`families`];
 //! output depends only on [`KitOptions`], byte for byte. The CLI calls [`write_kit`];
 //! [`render_kit`] gives the same files in memory. docs/kit.md describes the kit.
@@ -13,11 +14,12 @@ pub mod families;
 mod options;
 pub mod promql_check;
 pub mod rules;
+pub mod scrape;
 mod text;
 
 use std::path::{Path, PathBuf};
 
-pub use options::KitOptions;
+pub use options::{slo_bound_from_ms, KitOptions};
 
 /// Why the kit could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +91,12 @@ pub mod paths {
     pub const HPA: &str = "k8s/vllm-hpa.yaml";
     /// KEDA ScaledObject (an alternative to the HPA, not in addition).
     pub const KEDA: &str = "k8s/vllm-keda-scaledobject.yaml";
+    /// prometheus-operator ServiceMonitor for vLLM's `/metrics`.
+    pub const SERVICE_MONITOR: &str = "k8s/vllm-servicemonitor.yaml";
+    /// prometheus-operator PodMonitor for vLLM's `/metrics` (instead of the ServiceMonitor).
+    pub const POD_MONITOR: &str = "k8s/vllm-podmonitor.yaml";
+    /// prometheus-operator ServiceMonitor for the GPU Operator's dcgm-exporter.
+    pub const DCGM_SERVICE_MONITOR: &str = "k8s/dcgm-exporter-servicemonitor.yaml";
 }
 
 /// Builds every file of the kit in memory, checks every PromQL expression in it, and
@@ -141,6 +149,18 @@ pub fn render_kit(opts: &KitOptions) -> Result<Vec<KitFile>, KitError> {
         KitFile {
             path: paths::KEDA.into(),
             contents: autoscaling::keda_yaml(opts)?,
+        },
+        KitFile {
+            path: paths::SERVICE_MONITOR.into(),
+            contents: scrape::service_monitor_yaml(opts)?,
+        },
+        KitFile {
+            path: paths::POD_MONITOR.into(),
+            contents: scrape::pod_monitor_yaml(opts)?,
+        },
+        KitFile {
+            path: paths::DCGM_SERVICE_MONITOR.into(),
+            contents: scrape::dcgm_service_monitor_yaml(opts)?,
         },
     ];
     promql_check::check_kit(&files, opts)

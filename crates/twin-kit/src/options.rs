@@ -21,16 +21,31 @@ pub struct KitOptions {
     pub kv_warning: f64,
     /// KV-cache usage (0–1) above which `VllmKvCacheUsageCritical` fires.
     pub kv_critical: f64,
-    /// How long KV usage must stay above `kv_warning`, in seconds.
+    /// How long the windowed median of KV usage must stay above `kv_warning`, in seconds.
     pub kv_warning_for_s: u32,
-    /// How long KV usage must stay above `kv_critical`, in seconds.
+    /// How long the windowed median of KV usage must stay above `kv_critical`, in seconds.
     pub kv_critical_for_s: u32,
+    /// Window of the KV warning's median (`quantile_over_time(0.5, …)`), seconds: the alert
+    /// reads "more than half the scrapes in this window were above `kv_warning`", so short
+    /// dips (a preemption frees blocks for a scrape or two) do not reset its `for`.
+    pub kv_warning_window_s: u32,
+    /// Window of the KV critical alert's median, seconds (see `kv_warning_window_s`).
+    pub kv_critical_window_s: u32,
     /// Waiting requests above which `VllmRequestsWaiting` fires (seed: any, i.e. 0).
     pub waiting_threshold: f64,
-    /// How long the queue must stay above `waiting_threshold`, in seconds.
+    /// Window over which the queue must never drop to `waiting_threshold` or below
+    /// (`min_over_time`), seconds: a queue that empties now and then is not persistent.
+    pub waiting_window_s: u32,
+    /// How long the windowed queue condition must hold, in seconds.
     pub waiting_for_s: u32,
     /// Preemptions per second above which `VllmPreemptions` fires (seed: must be 0).
     pub preemption_rate_threshold: f64,
+    /// Window of the preemption rate, seconds (also what one preemption keeps it above 0).
+    pub preemption_window_s: u32,
+    /// How long the preemption rate must stay above the threshold, seconds. A lone
+    /// preemption lifts the rate for at most one window, so a `for` longer than
+    /// `preemption_window_s` keeps it quiet and only an ongoing storm fires.
+    pub preemption_for_s: u32,
     /// P95 latency alerts' `for`, in seconds.
     pub latency_for_s: u32,
     /// Share (0–1) of finished requests with `finished_reason="abort"` that alerts.
@@ -39,6 +54,9 @@ pub struct KitOptions {
     pub length_share: f64,
     /// Share (0–1) of finished requests with `finished_reason="error"` that alerts.
     pub error_share: f64,
+    /// Share (0–1) of answered HTTP requests with a 5xx status (`http_requests_total`,
+    /// prometheus_fastapi_instrumentator) that alerts.
+    pub http_5xx_share: f64,
     /// Relative drop (0–1) of the 5-minute prefix-cache hit rate against the previous hour
     /// that alerts; 0.5 means "fell below half of what it was".
     pub prefix_hit_drop: f64,
@@ -55,6 +73,14 @@ pub struct KitOptions {
     pub max_num_batched_tokens: u32,
     /// Kubernetes namespace of the vLLM Deployment.
     pub namespace: String,
+    /// Name of the vLLM container port (Service port for the ServiceMonitor, Pod port for
+    /// the PodMonitor) that serves `/metrics`.
+    pub metrics_port_name: String,
+    /// Scrape interval the ServiceMonitor/PodMonitor ask for, seconds. The KV alerts'
+    /// medians need several samples per window.
+    pub scrape_interval_s: u32,
+    /// Namespace of dcgm-exporter (the GPU Operator's `nvidia-dcgm-exporter` Service).
+    pub dcgm_namespace: String,
     /// Name of the vLLM Deployment the HPA / ScaledObject scale.
     pub deployment: String,
     /// Per-pod KV-cache usage target for the HPA / KEDA (seed: 0.65).
@@ -88,13 +114,19 @@ impl Default for KitOptions {
             kv_critical: 0.98,
             kv_warning_for_s: 300,
             kv_critical_for_s: 60,
+            kv_warning_window_s: 120,
+            kv_critical_window_s: 60,
             waiting_threshold: 0.0,
-            waiting_for_s: 300,
+            waiting_window_s: 120,
+            waiting_for_s: 180,
             preemption_rate_threshold: 0.0,
+            preemption_window_s: 120,
+            preemption_for_s: 180,
             latency_for_s: 300,
             abort_share: 0.05,
             length_share: 0.10,
             error_share: 0.01,
+            http_5xx_share: 0.01,
             prefix_hit_drop: 0.5,
             prefix_hit_min_baseline: 0.2,
             hung_for_s: 300,
@@ -102,6 +134,9 @@ impl Default for KitOptions {
             max_num_seqs: 1024,
             max_num_batched_tokens: 8192,
             namespace: "default".into(),
+            metrics_port_name: "http".into(),
+            scrape_interval_s: 15,
+            dcgm_namespace: "gpu-operator".into(),
             deployment: "vllm".into(),
             hpa_kv_target: 0.65,
             hpa_waiting_target: 3.0,
@@ -220,6 +255,7 @@ impl KitOptions {
         fraction("abort_share", self.abort_share, 0.0, 1.0)?;
         fraction("length_share", self.length_share, 0.0, 1.0)?;
         fraction("error_share", self.error_share, 0.0, 1.0)?;
+        fraction("http_5xx_share", self.http_5xx_share, 0.0, 1.0)?;
         fraction("prefix_hit_drop", self.prefix_hit_drop, 0.0, 1.0)?;
         finite("prefix_hit_min_baseline", self.prefix_hit_min_baseline)?;
         if !(0.0..=0.5).contains(&self.prefix_hit_min_baseline) {
@@ -229,12 +265,34 @@ impl KitOptions {
             ("kv_warning_for_s", self.kv_warning_for_s),
             ("kv_critical_for_s", self.kv_critical_for_s),
             ("waiting_for_s", self.waiting_for_s),
+            ("kv_warning_window_s", self.kv_warning_window_s),
+            ("kv_critical_window_s", self.kv_critical_window_s),
+            ("waiting_window_s", self.waiting_window_s),
+            ("preemption_window_s", self.preemption_window_s),
+            ("preemption_for_s", self.preemption_for_s),
             ("latency_for_s", self.latency_for_s),
             ("hung_for_s", self.hung_for_s),
         ] {
             if v > 24 * 3600 {
                 return Err(invalid(field, format!("{v} s is longer than a day")));
             }
+        }
+        // A window must hold at least one scrape (vLLM's own examples scrape every 15 s).
+        for (field, v) in [
+            ("kv_warning_window_s", self.kv_warning_window_s),
+            ("kv_critical_window_s", self.kv_critical_window_s),
+            ("waiting_window_s", self.waiting_window_s),
+            ("preemption_window_s", self.preemption_window_s),
+        ] {
+            if v < 30 {
+                return Err(invalid(
+                    field,
+                    format!("{v} s is too short a window (at least 30 s)"),
+                ));
+            }
+        }
+        if self.scrape_interval_s == 0 || self.scrape_interval_s > 300 {
+            return Err(invalid("scrape_interval_s", "must lie in 1..=300 s"));
         }
         if self.hung_for_s == 0 {
             return Err(invalid(
@@ -245,6 +303,15 @@ impl KitOptions {
         label_value("job", &self.job)?;
         dns_label("namespace", &self.namespace)?;
         dns_label("deployment", &self.deployment)?;
+        dns_label("dcgm_namespace", &self.dcgm_namespace)?;
+        // Kubernetes port names are IANA_SVC_NAMEs: at most 15 characters.
+        dns_label("metrics_port_name", &self.metrics_port_name)?;
+        if self.metrics_port_name.len() > 15 {
+            return Err(invalid(
+                "metrics_port_name",
+                "a Kubernetes port name is at most 15 characters",
+            ));
+        }
         label_value("dashboard_uid", &self.dashboard_uid)?;
         if self.dashboard_uid.len() > 40 {
             return Err(invalid(
@@ -307,6 +374,29 @@ impl KitOptions {
             expr.replace("vllm:", "vllm_")
         } else {
             expr.to_string()
+        }
+    }
+}
+
+/// An SLO given in milliseconds on the command line (`--slo-ttft-ms`, `--slo-itl-ms`, the
+/// spelling `simulate` and `doctor` use), as the bucket bound in seconds the kit needs. The
+/// error names `flag` and lists the usable bounds in milliseconds.
+pub fn slo_bound_from_ms(flag: &str, ms: f64, buckets: &[f64]) -> Result<f64, String> {
+    let usable = &buckets[..buckets.len().saturating_sub(1)];
+    match usable
+        .iter()
+        .find(|b| ms.is_finite() && (*b * 1000.0 - ms).abs() < 1e-6)
+    {
+        Some(b) => Ok(*b),
+        None => {
+            let list: Vec<String> = usable
+                .iter()
+                .map(|b| num((b * 1e9).round() / 1e6))
+                .collect();
+            Err(format!(
+                "{flag} {ms}: not one of vLLM 0.34's bucket bounds (SLO attainment reads _bucket{{le=...}}); use one of {} (ms)",
+                list.join(", ")
+            ))
         }
     }
 }
@@ -415,6 +505,27 @@ mod tests {
                     ..Default::default()
                 },
             ),
+            (
+                "kv_critical_window_s",
+                KitOptions {
+                    kv_critical_window_s: 10,
+                    ..Default::default()
+                },
+            ),
+            (
+                "http_5xx_share",
+                KitOptions {
+                    http_5xx_share: 0.0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "metrics_port_name",
+                KitOptions {
+                    metrics_port_name: "http-metrics-port".into(),
+                    ..Default::default()
+                },
+            ),
         ];
         for (field, opts) in cases {
             match opts.validate() {
@@ -422,6 +533,29 @@ mod tests {
                 other => panic!("{field}: expected InvalidOption, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn slo_milliseconds_map_to_bucket_bounds() {
+        assert_eq!(
+            slo_bound_from_ms("--slo-ttft-ms", 500.0, TTFT_BUCKETS),
+            Ok(0.5)
+        );
+        assert_eq!(
+            slo_bound_from_ms("--slo-ttft-ms", 20.0, TTFT_BUCKETS),
+            Ok(0.02)
+        );
+        assert_eq!(
+            slo_bound_from_ms("--slo-itl-ms", 25.0, ITL_BUCKETS),
+            Ok(0.025)
+        );
+        let e = slo_bound_from_ms("--slo-ttft-ms", 700.0, TTFT_BUCKETS).unwrap_err();
+        assert!(e.starts_with("--slo-ttft-ms 700"), "{e}");
+        assert!(e.contains("500, 750, 1000"), "{e}");
+        // The largest bound (+Inf's neighbour) cannot be an SLO, as with ttft_slo_s.
+        let last = TTFT_BUCKETS[TTFT_BUCKETS.len() - 1] * 1000.0;
+        assert!(slo_bound_from_ms("--slo-ttft-ms", last, TTFT_BUCKETS).is_err());
+        assert!(slo_bound_from_ms("--slo-itl-ms", f64::NAN, ITL_BUCKETS).is_err());
     }
 
     #[test]

@@ -221,19 +221,42 @@ fn latency_cases(
     )
 }
 
-fn share_alert(
-    opts: &KitOptions,
+/// What a finish-reason share alert is about.
+struct ShareSpec {
     name: &'static str,
     reason: &'static str,
     threshold: f64,
     severity: &'static str,
-    what: &str,
+    what: &'static str,
     runbook: &'static str,
-) -> Alert {
-    let expr = opts.metric(&format!(
+    /// Also require some `finished_reason="stop"` in the window (see the length alert).
+    needs_natural_stops: bool,
+}
+
+fn share_alert(opts: &KitOptions, spec: ShareSpec) -> Alert {
+    let ShareSpec {
+        name,
+        reason,
+        threshold,
+        severity,
+        what,
+        runbook,
+        needs_natural_stops,
+    } = spec;
+    let mut expr = opts.metric(&format!(
         "sum by (model_name) (rate(vllm:request_success_total{{finished_reason=\"{reason}\"}}[5m]))\n  / sum by (model_name) (rate(vllm:request_success_total[5m])) > {}",
         num(threshold)
     ));
+    if needs_natural_stops {
+        expr.push_str(&opts.metric(
+            "\nand on (model_name)\nsum by (model_name) (increase(vllm:request_success_total{finished_reason=\"stop\"}[5m])) > 0",
+        ));
+    }
+    let stops_note = if needs_natural_stops {
+        " Only while some requests also finish with finished_reason=\"stop\": an ignore_eos benchmark never stops on EOS, so every request ends at max_tokens and the share says nothing."
+    } else {
+        ""
+    };
     let for_s = 300;
     let eval_min = 20;
     Alert {
@@ -247,7 +270,7 @@ fn share_alert(
             num(threshold * 100.0)
         ),
         description: format!(
-            "Over 5 minutes, the share of vllm:request_success_total with finished_reason=\"{reason}\" exceeds {}: {what}",
+            "Over 5 minutes, the share of vllm:request_success_total with finished_reason=\"{reason}\" exceeds {}: {what}{stops_note}",
             num(threshold)
         ),
         runbook,
@@ -262,6 +285,71 @@ fn share_alert(
             input: finish_input(opts, reason, threshold / 2.0),
             interval_s: 60,
             eval_min,
+            fires: false,
+            labels: vec![],
+        },
+    }
+}
+
+/// `http_requests_total` series of prometheus_fastapi_instrumentator (status grouped to
+/// `2xx`/`5xx`), with `ok` and `bad` requests a minute.
+fn http_input(opts: &KitOptions, ok: u32, bad: u32) -> Vec<InputSeries> {
+    [("2xx", ok), ("5xx", bad)]
+        .iter()
+        .map(|(status, per_min)| {
+            input(
+                format!(
+                    "http_requests_total{{handler=\"/v1/chat/completions\",instance=\"{INSTANCE}\",job=\"{}\",method=\"POST\",status=\"{status}\"}}",
+                    opts.job
+                ),
+                format!("0+{per_min}x30"),
+            )
+        })
+        .collect()
+}
+
+/// 5xx share of the API server's answered requests. The series comes from
+/// prometheus_fastapi_instrumentator, which any FastAPI app may export, hence the `job`
+/// filter. vLLM: `entrypoints/serve/instrumentator/metrics.py` (`Instrumentator(...)`).
+fn http_5xx_alert(opts: &KitOptions) -> Alert {
+    let job = &opts.job;
+    let thr = opts.http_5xx_share;
+    let hit = |share: f64| ((share * 1000.0).round() as u32).clamp(1, 999);
+    Alert {
+        name: "VllmHttp5xxShareHigh",
+        group: "vllm-kit-outcomes",
+        expr: format!(
+            "sum by (job, instance) (rate(http_requests_total{{job=\"{job}\",status=\"5xx\"}}[5m]))\n  / (sum by (job, instance) (rate(http_requests_total{{job=\"{job}\"}}[5m])) > 0) > {}",
+            num(thr)
+        ),
+        for_s: 300,
+        severity: "warning",
+        summary: format!(
+            "vLLM API server {{{{ $labels.instance }}}}: more than {}% of HTTP requests answered 5xx",
+            num(thr * 100.0)
+        ),
+        description: format!(
+            "Over 5 minutes, the share of http_requests_total{{status=\"5xx\"}} (job=\"{job}\") exceeds {} for 5m. Excluded handlers (/metrics, /health, /load, /ping, /version, /server_info) are not counted.",
+            num(thr)
+        ),
+        runbook: RB_HTTP_5XX,
+        firing_case: AlertCase {
+            input: {
+                let bad = hit((1.0 + thr) / 2.0);
+                http_input(opts, 1000 - bad, bad)
+            },
+            interval_s: 60,
+            eval_min: 20,
+            fires: true,
+            labels: vec![("instance", INSTANCE.into()), ("job", job.clone())],
+        },
+        quiet_case: AlertCase {
+            input: {
+                let bad = hit(thr / 2.0);
+                http_input(opts, 1000 - bad, bad)
+            },
+            interval_s: 60,
+            eval_min: 20,
             fires: false,
             labels: vec![],
         },
@@ -295,7 +383,7 @@ const RB_PREEMPTION: &str = "
 const RB_KV_HIGH: &str = "
 1. Capacity-bound: KV usage stays high while waiting requests pile up; preemptions follow above ~0.98.
 2. --kv-cache-dtype fp8, raise --gpu-memory-utilization, tighten --max-model-len, or limit --max-num-active-seqs.
-3. Scale out (the HPA in this kit targets 0.65 per pod together with the waiting queue).";
+3. Scale out. The kit's HPA has two targets, KV usage and the waiting queue per pod; it computes a replica count for each and takes the larger, so either one alone scales out.";
 
 const RB_KV_CRITICAL: &str = "
 1. At this level vLLM preempts: check VllmPreemptions and rate(vllm:num_preemptions_total[5m]).
@@ -328,6 +416,12 @@ const RB_LENGTH: &str = "
 const RB_ERROR: &str = "
 1. finished_reason=\"error\" is new in vLLM 0.34: the engine failed requests. Check the API-server and engine logs for the request ids.
 2. Look for NaN logits (vllm:corrupted_requests_total with VLLM_COMPUTE_NANS_IN_LOGITS), KV-connector failures, or a model/tokenizer mismatch.";
+
+const RB_HTTP_5XX: &str = "
+1. Which endpoint: sum by (handler) (rate(http_requests_total{status=\"5xx\"}[5m])). handler=\"none\" is a path no route matches.
+2. 500 with \"EngineCore encountered an issue\" or an EngineDeadError: the engine died; GET /health turns 503 and the pod should restart. Check the engine-core logs.
+3. 503 from the API server: --max-num-queued-reqs / --max-num-queued-tokens reject at admission (vllm:admission_rejections); raise them or scale out. Refusals past uvicorn's --limit-concurrency never reach the app and are not counted here: read the gateway's metrics.
+4. Engine-side request failures also show as finished_reason=\"error\" (VllmErrorShareHigh).";
 
 const RB_PREFIX: &str = "
 1. Typical cause: the load balancer switched to round-robin and scatters sessions across replicas; route by prefix hash or session id (consistent hashing).
@@ -450,49 +544,61 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
     });
 
     let pre = opts.preemption_rate_threshold;
-    // Firing: well above the threshold (per minute); quiet: at the threshold, never above.
+    let pre_w = opts.preemption_window_s;
+    let pre_eval = 2 + pre_w.div_ceil(60) + opts.preemption_for_s.div_ceil(60) + 3;
+    let pre_len = pre_eval + 10;
+    // Firing: well above the threshold (per minute), all along.
     let pre_fire_per_min = ((pre * 60.0).ceil() as u64 + 1) * 3;
-    let pre_quiet = if pre == 0.0 {
+    let pre_quiet = if opts.preemption_for_s > pre_w {
+        // One burst, far above the threshold for a whole window, then none: the rate is up for
+        // at most one window, shorter than `for`. A `for: 0` rule fires on this.
+        let burst = pre_fire_per_min * u64::from(pre_w.div_ceil(60)) * 2;
+        let at = pre_eval.saturating_sub(pre_w.div_ceil(60) + 1);
+        format!("0x{at} {burst}+0x{}", pre_len.saturating_sub(at))
+    } else if pre == 0.0 {
         "7+0x20".to_string()
     } else {
-        format!("0+{}x20", ((pre * 60.0).floor() as u64) / 2)
+        format!("0+{}x{pre_len}", ((pre * 60.0).floor() as u64) / 2)
     };
     alerts.push(Alert {
         name: "VllmPreemptions",
         group: "vllm-kit-saturation",
         expr: m(&format!(
-            "sum by (model_name, engine, instance) (rate(vllm:num_preemptions_total[5m])) > {}",
+            "sum by (model_name, engine, instance) (rate(vllm:num_preemptions_total[{}])) > {}",
+            duration(pre_w),
             num(pre)
         )),
-        for_s: 0,
+        for_s: opts.preemption_for_s,
         severity: "warning",
         summary: "vLLM engine {{ $labels.instance }}/{{ $labels.engine }} is preempting requests".into(),
         description: m(&format!(
-            "rate(vllm:num_preemptions_total[5m]) > {}: the KV block pool is exhausted and running requests are evicted and recomputed (seed: this must be 0 in production).",
-            num(pre)
+            "rate(vllm:num_preemptions_total[{}]) > {} for {}: the KV block pool is exhausted and running requests are evicted and recomputed (seed: this must be 0 in production).",
+            duration(pre_w),
+            num(pre),
+            duration(opts.preemption_for_s)
         )),
         runbook: RB_PREEMPTION,
         firing_case: AlertCase {
             input: vec![input(
                 sel(opts, "vllm:num_preemptions_total", &[]),
-                format!("0+{pre_fire_per_min}x20"),
+                format!("0+{pre_fire_per_min}x{pre_len}"),
             )],
             interval_s: 60,
-            eval_min: 10,
+            eval_min: pre_eval,
             fires: true,
             labels: engine_labels(),
         },
         quiet_case: AlertCase {
             input: vec![input(sel(opts, "vllm:num_preemptions_total", &[]), pre_quiet)],
             interval_s: 60,
-            eval_min: 10,
+            eval_min: pre_eval,
             fires: false,
             labels: vec![],
         },
     });
 
-    let kv_case = |thr: f64, below: f64, for_s: u32| {
-        let eval_min = 2 + for_s.div_ceil(60) + 3;
+    let kv_case = |thr: f64, below: f64, window_s: u32, for_s: u32| {
+        let eval_min = 2 + window_s.div_ceil(60) + for_s.div_ceil(60) + 3;
         let len = eval_min + 10;
         let above = thr + (1.0 - thr) / 2.0;
         (
@@ -518,18 +624,25 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
             },
         )
     };
+    // The median of the window, not the last scrape: under preemption KV usage saw-tooths
+    // (full, preempt, refill), and a scrape that lands in a dip must not reset `for`.
+    let kv_expr = |window_s: u32, thr: f64| {
+        m(&format!(
+            "max by (model_name, engine, instance) (quantile_over_time(0.5, vllm:kv_cache_usage_perc[{}])) > {}",
+            duration(window_s),
+            num(thr)
+        ))
+    };
     let (fire, quiet) = kv_case(
         opts.kv_warning,
         opts.kv_warning * 0.95,
+        opts.kv_warning_window_s,
         opts.kv_warning_for_s,
     );
     alerts.push(Alert {
         name: "VllmKvCacheUsageHigh",
         group: "vllm-kit-saturation",
-        expr: m(&format!(
-            "max by (model_name, engine, instance) (vllm:kv_cache_usage_perc) > {}",
-            num(opts.kv_warning)
-        )),
+        expr: kv_expr(opts.kv_warning_window_s, opts.kv_warning),
         for_s: opts.kv_warning_for_s,
         severity: "warning",
         summary: format!(
@@ -537,8 +650,9 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
             num(opts.kv_warning * 100.0)
         ),
         description: m(&format!(
-            "vllm:kv_cache_usage_perc > {} for {}: little headroom before preemptions.",
+            "vllm:kv_cache_usage_perc was above {} in more than half the scrapes of every {} window for {}: little headroom before preemptions.",
             num(opts.kv_warning),
+            duration(opts.kv_warning_window_s),
             duration(opts.kv_warning_for_s)
         )),
         runbook: RB_KV_HIGH,
@@ -549,15 +663,13 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
     let (fire, quiet) = kv_case(
         opts.kv_critical,
         (opts.kv_warning + opts.kv_critical) / 2.0,
+        opts.kv_critical_window_s,
         opts.kv_critical_for_s,
     );
     alerts.push(Alert {
         name: "VllmKvCacheUsageCritical",
         group: "vllm-kit-saturation",
-        expr: m(&format!(
-            "max by (model_name, engine, instance) (vllm:kv_cache_usage_perc) > {}",
-            num(opts.kv_critical)
-        )),
+        expr: kv_expr(opts.kv_critical_window_s, opts.kv_critical),
         for_s: opts.kv_critical_for_s,
         severity: "critical",
         summary: format!(
@@ -565,8 +677,9 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
             num(opts.kv_critical * 100.0)
         ),
         description: m(&format!(
-            "vllm:kv_cache_usage_perc > {} for {}: the block pool is effectively full and preemptions are imminent.",
+            "vllm:kv_cache_usage_perc was above {} in more than half the scrapes of every {} window for {}: the block pool is effectively full and the engine preempts (dips between preemptions do not reset this).",
             num(opts.kv_critical),
+            duration(opts.kv_critical_window_s),
             duration(opts.kv_critical_for_s)
         )),
         runbook: RB_KV_CRITICAL,
@@ -574,22 +687,36 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
         quiet_case: quiet,
     });
 
-    let w_eval = 2 + opts.waiting_for_s.div_ceil(60) + 3;
+    let w_win = opts.waiting_window_s;
+    let w_eval = 2 + w_win.div_ceil(60) + opts.waiting_for_s.div_ceil(60) + 3;
     let w_len = w_eval + 10;
     let w_above = (opts.waiting_threshold.floor() as u64) + 3;
+    // Quiet: a queue that is long most of the time but empties once every three scrapes,
+    // so every window holds an empty scrape. A `waiting > 0 for …` rule can fire on this.
+    let w_quiet: Vec<String> = (0..=w_len)
+        .map(|i| {
+            if i % 3 == 2 {
+                "0".to_string()
+            } else {
+                w_above.to_string()
+            }
+        })
+        .collect();
     alerts.push(Alert {
         name: "VllmRequestsWaiting",
         group: "vllm-kit-saturation",
         expr: m(&format!(
-            "sum by (model_name, engine, instance) (vllm:num_requests_waiting) > {}",
+            "sum by (model_name, engine, instance) (min_over_time(vllm:num_requests_waiting[{}])) > {}",
+            duration(w_win),
             num(opts.waiting_threshold)
         )),
         for_s: opts.waiting_for_s,
         severity: "warning",
         summary: "vLLM engine {{ $labels.instance }}/{{ $labels.engine }} has a persistent queue".into(),
         description: m(&format!(
-            "vllm:num_requests_waiting > {} for {}: arrivals exceed what the engine admits; TTFT grows with the queue.",
+            "vllm:num_requests_waiting stayed above {} in every scrape of every {} window for {}: arrivals exceed what the engine admits; TTFT grows with the queue.",
             num(opts.waiting_threshold),
+            duration(w_win),
             duration(opts.waiting_for_s)
         )),
         runbook: RB_WAITING,
@@ -604,10 +731,9 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
             labels: engine_labels(),
         },
         quiet_case: AlertCase {
-            // A burst shorter than `for`, then an empty queue.
             input: vec![input(
                 sel(opts, "vllm:num_requests_waiting", &[]),
-                format!("0x{} {w_above} {w_above} 0x{w_len}", w_eval.saturating_sub(4)),
+                w_quiet.join(" "),
             )],
             interval_s: 60,
             eval_min: w_eval,
@@ -615,7 +741,6 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
             labels: vec![],
         },
     });
-
     let (fire, quiet) = latency_cases(
         opts,
         "vllm:time_to_first_token_seconds",
@@ -675,31 +800,44 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
 
     alerts.push(share_alert(
         opts,
-        "VllmAbortShareHigh",
-        "abort",
-        opts.abort_share,
-        "warning",
-        "requests are being aborted.",
-        RB_ABORT,
+        ShareSpec {
+            name: "VllmAbortShareHigh",
+            reason: "abort",
+            threshold: opts.abort_share,
+            severity: "warning",
+            what: "requests are being aborted.",
+            runbook: RB_ABORT,
+            needs_natural_stops: false,
+        },
+    ));
+    // An ignore_eos benchmark (vllm bench serve, guidellm, the twin's fixed --output-len)
+    // ends every request at max_tokens, so the length share is 1 by construction; requiring
+    // natural stops in the same window keeps such runs silent.
+    alerts.push(share_alert(
+        opts,
+        ShareSpec {
+            name: "VllmLengthTruncationShareHigh",
+            reason: "length",
+            threshold: opts.length_share,
+            severity: "info",
+            what: "outputs are truncated by max_tokens or max_model_len.",
+            runbook: RB_LENGTH,
+            needs_natural_stops: true,
+        },
     ));
     alerts.push(share_alert(
         opts,
-        "VllmLengthTruncationShareHigh",
-        "length",
-        opts.length_share,
-        "info",
-        "outputs are truncated by max_tokens or max_model_len.",
-        RB_LENGTH,
+        ShareSpec {
+            name: "VllmErrorShareHigh",
+            reason: "error",
+            threshold: opts.error_share,
+            severity: "warning",
+            what: "the engine is failing requests.",
+            runbook: RB_ERROR,
+            needs_natural_stops: false,
+        },
     ));
-    alerts.push(share_alert(
-        opts,
-        "VllmErrorShareHigh",
-        "error",
-        opts.error_share,
-        "warning",
-        "the engine is failing requests.",
-        RB_ERROR,
-    ));
+    alerts.push(http_5xx_alert(opts));
 
     // Prefix-cache hit rate: 5-minute rate against the hour before it.
     let hr = |w: &str, off: &str| {
@@ -1037,7 +1175,7 @@ pub fn prometheus_rule_cr(
 #[derive(Serialize)]
 struct TestFile {
     rule_files: Vec<String>,
-    evaluation_interval: &'static str,
+    evaluation_interval: String,
     tests: Vec<TestGroup>,
 }
 
@@ -1154,9 +1292,18 @@ pub fn promtool_test_yaml(
     rule_file: &str,
     cases: &[(&Alert, &AlertCase)],
 ) -> Result<String, KitError> {
+    // Rules are evaluated as often as the finest scrape interval among the cases (at most a
+    // minute), as a Prometheus with `evaluation_interval` = scrape interval would: a dip in
+    // 15 s scrapes must be able to reset a `for`, or a dip-robust rule proves nothing.
+    let eval_s = cases
+        .iter()
+        .map(|(_, c)| c.interval_s)
+        .min()
+        .unwrap_or(60)
+        .clamp(1, 60);
     let file = TestFile {
         rule_files: vec![rule_file.to_string()],
-        evaluation_interval: "1m",
+        evaluation_interval: duration(eval_s),
         tests: cases
             .iter()
             .map(|(a, c)| alert_test_group(opts, a, c))
@@ -1268,7 +1415,7 @@ pub fn recording_tests_yaml(opts: &KitOptions) -> Result<String, KitError> {
     }];
     let file = TestFile {
         rule_files: vec![format!("../{}", file_name(paths::RECORDING_RULES))],
-        evaluation_interval: "1m",
+        evaluation_interval: "1m".into(),
         tests,
     };
     let body = to_yaml("recording tests", &file)?;

@@ -24,8 +24,11 @@ pub fn kit_readme(opts: &KitOptions, alerts: &[Alert], recording: &[Recording]) 
         (paths::ALERT_TESTS, "`promtool test rules`: one firing and one quiet case per alert."),
         (paths::RECORDING_TESTS, "`promtool test rules` for the recording rules."),
         (paths::ADAPTER, "prometheus-adapter Helm values exposing `vllm_kv_cache_usage_perc` and `vllm_num_requests_waiting` per pod."),
-        (paths::HPA, "`autoscaling/v2` HPA on those two custom metrics."),
+        (paths::HPA, "`autoscaling/v2` HPA on those two custom metrics; it scales to the larger of their two replica counts, so either one alone scales out."),
         (paths::KEDA, "KEDA ScaledObject alternative (use it *or* the HPA)."),
+        (paths::SERVICE_MONITOR, "prometheus-operator `ServiceMonitor` for vLLM's `/metrics` (sets `job` to the kit's job)."),
+        (paths::POD_MONITOR, "prometheus-operator `PodMonitor`, for pods without a Service (use it *or* the ServiceMonitor)."),
+        (paths::DCGM_SERVICE_MONITOR, "`ServiceMonitor` for the GPU Operator's dcgm-exporter (`gpu-metrics`, 9400), with `honorLabels`."),
         (paths::RUNBOOKS, "One section per alert."),
     ];
     for (p, d) in files {
@@ -40,8 +43,10 @@ pub fn kit_readme(opts: &KitOptions, alerts: &[Alert], recording: &[Recording]) 
         paths::RECORDING_TESTS
     ));
     s.push_str(&format!(
-        "kubectl apply -f {}            # prometheus-operator\nhelm upgrade --install prometheus-adapter prometheus-community/prometheus-adapter -n monitoring -f {}\nkubectl apply -f {}                        # or: kubectl apply -f {}\n",
+        "kubectl apply -f {}            # prometheus-operator\nkubectl apply -f {}             # or {}\nhelm upgrade --install prometheus-adapter prometheus-community/prometheus-adapter -n monitoring -f {}\nkubectl apply -f {}                        # or: kubectl apply -f {}\n",
         paths::PROMETHEUS_RULE_CR,
+        paths::SERVICE_MONITOR,
+        paths::POD_MONITOR,
         paths::ADAPTER,
         paths::HPA,
         paths::KEDA
@@ -69,7 +74,7 @@ pub fn kit_readme(opts: &KitOptions, alerts: &[Alert], recording: &[Recording]) 
     s.push_str(&serde_json::to_string_pretty(opts).unwrap_or_default());
     s.push_str("\n```\n");
     s.push_str(&format!(
-        "\nSLOs: TTFT P95 ≤ {} s, ITL P95 ≤ {} s. KV warning {} / critical {}. HPA targets per pod: KV {} and waiting {}.\n",
+        "\nSLOs: TTFT P95 ≤ {} s, ITL P95 ≤ {} s. KV warning {} / critical {}. HPA targets per pod: KV {} or waiting {} (whichever asks for more replicas).\n",
         num(opts.ttft_slo_s),
         num(opts.itl_slo_s),
         num(opts.kv_warning),

@@ -199,3 +199,165 @@ fn prometheus_rule_cr_wraps_the_same_groups() {
         groups
     );
 }
+
+/// Field names prometheus-operator's v1 CRDs accept where the kit writes them (no schema is
+/// available offline, so the fields are checked by hand against the CRD's OpenAPI).
+const MONITOR_SPEC_FIELDS: &[&str] = &[
+    "selector",
+    "namespaceSelector",
+    "endpoints",
+    "podMetricsEndpoints",
+    "jobLabel",
+];
+const ENDPOINT_FIELDS: &[&str] = &[
+    "port",
+    "targetPort",
+    "path",
+    "scheme",
+    "interval",
+    "scrapeTimeout",
+    "honorLabels",
+    "honorTimestamps",
+    "relabelings",
+    "metricRelabelings",
+];
+const RELABEL_FIELDS: &[&str] = &[
+    "sourceLabels",
+    "separator",
+    "targetLabel",
+    "regex",
+    "modulus",
+    "replacement",
+    "action",
+];
+
+fn keys(v: &Value) -> Vec<String> {
+    v.as_mapping()
+        .map(|m| {
+            m.keys()
+                .filter_map(|k| k.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn service_and_pod_monitors_scrape_vllm_with_the_kits_job() {
+    for (name, opts) in option_sets() {
+        let (dir, _) = kit_dir(&opts);
+        for (file, kind, endpoints) in [
+            (paths::SERVICE_MONITOR, "ServiceMonitor", "endpoints"),
+            (paths::POD_MONITOR, "PodMonitor", "podMetricsEndpoints"),
+        ] {
+            let m = yaml(&read(dir.path(), file), file);
+            assert_eq!(
+                s(&m, &["apiVersion"]),
+                "monitoring.coreos.com/v1",
+                "[{name}] {file}"
+            );
+            assert_eq!(s(&m, &["kind"]), kind, "[{name}] {file}");
+            assert_eq!(s(&m, &["metadata", "namespace"]), opts.namespace);
+            assert!(!s(&m, &["metadata", "name"]).is_empty());
+            for k in keys(&m["spec"]) {
+                assert!(
+                    MONITOR_SPEC_FIELDS.contains(&k.as_str()),
+                    "[{name}] {file}: spec.{k}"
+                );
+            }
+            assert_eq!(
+                s(
+                    &m,
+                    &["spec", "selector", "matchLabels", "app.kubernetes.io/name"]
+                ),
+                opts.deployment,
+                "[{name}] {file} selects the Deployment's pods"
+            );
+            let ns = m["spec"]["namespaceSelector"]["matchNames"]
+                .as_sequence()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(
+                ns,
+                vec![Value::from(opts.namespace.clone())],
+                "[{name}] {file}"
+            );
+            let eps = m["spec"][endpoints]
+                .as_sequence()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(eps.len(), 1, "[{name}] {file}: one endpoint");
+            let ep = &eps[0];
+            for k in keys(ep) {
+                assert!(
+                    ENDPOINT_FIELDS.contains(&k.as_str()),
+                    "[{name}] {file}: endpoint.{k}"
+                );
+            }
+            assert_eq!(s(ep, &["port"]), opts.metrics_port_name);
+            assert_eq!(s(ep, &["path"]), "/metrics");
+            assert_eq!(s(ep, &["interval"]), "15s");
+            let relabels = ep["relabelings"].as_sequence().cloned().unwrap_or_default();
+            assert_eq!(relabels.len(), 1, "[{name}] {file}");
+            for k in keys(&relabels[0]) {
+                assert!(
+                    RELABEL_FIELDS.contains(&k.as_str()),
+                    "[{name}] {file}: relabel.{k}"
+                );
+            }
+            // The alerts select job="<opts.job>"; without this the operator names the job
+            // after the Service (or namespace/podmonitor) and VllmTargetDown never matches.
+            assert_eq!(s(&relabels[0], &["action"]), "replace");
+            assert_eq!(s(&relabels[0], &["targetLabel"]), "job");
+            assert_eq!(s(&relabels[0], &["replacement"]), opts.job);
+        }
+        let d = yaml(&read(dir.path(), paths::DCGM_SERVICE_MONITOR), "dcgm");
+        assert_eq!(s(&d, &["apiVersion"]), "monitoring.coreos.com/v1");
+        assert_eq!(s(&d, &["kind"]), "ServiceMonitor");
+        assert_eq!(s(&d, &["metadata", "namespace"]), opts.dcgm_namespace);
+        assert_eq!(
+            s(&d, &["spec", "selector", "matchLabels", "app"]),
+            "nvidia-dcgm-exporter"
+        );
+        let ep = &d["spec"]["endpoints"][0];
+        for k in keys(ep) {
+            assert!(
+                ENDPOINT_FIELDS.contains(&k.as_str()),
+                "[{name}] dcgm endpoint.{k}"
+            );
+        }
+        assert_eq!(s(ep, &["port"]), "gpu-metrics");
+        assert_eq!(s(ep, &["path"]), "/metrics");
+        // Pod mapping's namespace/pod labels must survive the scrape.
+        assert_eq!(
+            ep["honorLabels"].as_bool(),
+            Some(true),
+            "[{name}] dcgm honorLabels"
+        );
+    }
+}
+
+#[test]
+fn every_generated_file_says_the_hpa_acts_on_either_metric() {
+    for (name, opts) in option_sets() {
+        for f in twin_kit::render_kit(&opts).unwrap_or_else(|e| panic!("{e}")) {
+            // "KV together with waiting" read as a conjunction; the HPA takes the max.
+            let says_both = f.contents.match_indices("together with").any(|(i, _)| {
+                let tail: String = f.contents[i..].chars().take(60).collect();
+                tail.contains("waiting") || tail.contains("queue")
+            });
+            assert!(
+                !says_both,
+                "[{name}] {} still says the HPA needs both metrics",
+                f.path
+            );
+        }
+        let (dir, _) = kit_dir(&opts);
+        for f in [paths::HPA, paths::KEDA] {
+            let text = read(dir.path(), f);
+            assert!(
+                text.contains("takes the larger, so either signal alone scales out"),
+                "[{name}] {f} lacks the max-of-recommendations wording"
+            );
+        }
+    }
+}

@@ -54,7 +54,16 @@ fn spelling_follows_prefer_underscore_everywhere() {
             let has_colon = f.contents.contains("vllm:");
             if opts.prefer_underscore {
                 assert!(!has_colon, "[{name}] {} still has vllm: names", f.path);
-            } else if f.path != paths::README && f.path != paths::ADAPTER && f.path != paths::HPA {
+            } else if ![
+                paths::README,
+                paths::ADAPTER,
+                paths::HPA,
+                paths::SERVICE_MONITOR,
+                paths::POD_MONITOR,
+                paths::DCGM_SERVICE_MONITOR,
+            ]
+            .contains(&f.path.as_str())
+            {
                 assert!(has_colon, "[{name}] {} has no vllm: names", f.path);
             }
         }

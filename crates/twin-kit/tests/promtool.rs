@@ -212,3 +212,154 @@ fn explicit_fifteen_second_samples_drive_the_saturation_alerts() {
     let (ok, out) = promtool(&["test", "rules", rel], dir.path());
     assert!(ok, "{out}");
 }
+
+const ENGINE_LABELS: &str = r#"{engine="0",instance="10.0.0.7:8000",job="vllm",model_name="meta-llama/Llama-3.1-8B-Instruct"}"#;
+
+fn engine() -> Vec<(&'static str, String)> {
+    vec![
+        ("engine", "0".to_string()),
+        ("instance", "10.0.0.7:8000".to_string()),
+        ("model_name", "meta-llama/Llama-3.1-8B-Instruct".to_string()),
+    ]
+}
+
+/// Runs one alert's cases against `rule_file` (relative to the kit's prometheus/tests).
+fn run_cases(
+    opts: &twin_kit::KitOptions,
+    dir: &std::path::Path,
+    rule_file: &str,
+    cases: &[(twin_kit::rules::Alert, twin_kit::rules::AlertCase)],
+) -> (bool, String) {
+    let refs: Vec<_> = cases.iter().map(|(a, c)| (a, c)).collect();
+    let yaml = twin_kit::rules::promtool_test_yaml(opts, rule_file, &refs)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rel = "prometheus/tests/extra.test.yaml";
+    std::fs::write(dir.join(rel), yaml).unwrap_or_else(|e| panic!("{e}"));
+    promtool(&["test", "rules", rel], dir)
+}
+
+#[test]
+fn kv_critical_fires_through_dips_that_reset_a_plain_for() {
+    // Issue 18: KV above 0.98 in three scrapes of four (15 s apart), a preemption dip in the
+    // fourth. The kit's median rule fires; the old `max(...) > 0.98 for: 1m` never does,
+    // because every dip resets its `for`.
+    use twin_kit::rules::{AlertCase, InputSeries};
+    for (name, opts) in option_sets() {
+        let (dir, _) = kit_dir(&opts);
+        let hi = opts.kv_critical + (1.0 - opts.kv_critical) / 2.0;
+        let lo = (opts.kv_warning + opts.kv_critical) / 2.0;
+        let kv: Vec<String> = (0..120)
+            .map(|i| {
+                let v = if i < 20 {
+                    0.5
+                } else if i % 4 == 3 {
+                    lo
+                } else {
+                    hi
+                };
+                format!("{v}")
+            })
+            .collect();
+        let input = vec![InputSeries {
+            series: opts.metric(&format!("vllm:kv_cache_usage_perc{ENGINE_LABELS}")),
+            values: kv.join(" "),
+        }];
+        let alert = alert_rules(&opts)
+            .into_iter()
+            .find(|a| a.name == "VllmKvCacheUsageCritical")
+            .unwrap_or_else(|| panic!("no KV critical alert"));
+        let case = |fires: bool| AlertCase {
+            input: input.clone(),
+            interval_s: 15,
+            eval_min: 25,
+            fires,
+            labels: if fires { engine() } else { vec![] },
+        };
+        let (ok, out) = run_cases(
+            &opts,
+            dir.path(),
+            "../vllm-alerting-rules.yaml",
+            &[(alert.clone(), case(true))],
+        );
+        assert!(
+            ok,
+            "[{name}] the median rule must fire through dips:\n{out}"
+        );
+
+        // The same input against the pre-issue-18 rule: quiet, which is the bug.
+        let old = twin_kit::rules::Alert {
+            expr: opts.metric(&format!(
+                "max by (model_name, engine, instance) (vllm:kv_cache_usage_perc) > {}",
+                opts.kv_critical
+            )),
+            ..alert.clone()
+        };
+        let rules = format!(
+            "groups:\n- name: old\n  rules:\n  - alert: {}\n    expr: '{}'\n    for: {}s\n    labels:\n      severity: critical\n",
+            old.name, old.expr, opts.kv_critical_for_s
+        );
+        std::fs::write(dir.path().join("prometheus/old-kv.yaml"), rules)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (ok, out) = run_cases(&opts, dir.path(), "../old-kv.yaml", &[(old, case(false))]);
+        assert!(
+            ok,
+            "[{name}] the instantaneous rule was expected to miss the storm:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn the_length_share_stays_quiet_when_nothing_stops_on_eos() {
+    // An ignore_eos benchmark: every request ends at max_tokens (finished_reason="length"),
+    // none with "stop". The share is 100%, and the alert must stay silent.
+    use twin_kit::rules::{AlertCase, InputSeries};
+    for (name, opts) in option_sets() {
+        let (dir, _) = kit_dir(&opts);
+        let alert = alert_rules(&opts)
+            .into_iter()
+            .find(|a| a.name == "VllmLengthTruncationShareHigh")
+            .unwrap_or_else(|| panic!("no length alert"));
+        let series = |reason: &str, per_min: u32| {
+            InputSeries {
+            series: opts.metric(&format!(
+                r#"vllm:request_success_total{{engine="0",finished_reason="{reason}",instance="10.0.0.7:8000",job="vllm",model_name="meta-llama/Llama-3.1-8B-Instruct"}}"#
+            )),
+            values: format!("0+{per_min}x30"),
+        }
+        };
+        let benchmark = AlertCase {
+            input: vec![series("length", 600), series("stop", 0)],
+            interval_s: 60,
+            eval_min: 20,
+            fires: false,
+            labels: vec![],
+        };
+        let (ok, out) = run_cases(
+            &opts,
+            dir.path(),
+            "../vllm-alerting-rules.yaml",
+            &[(alert.clone(), benchmark.clone())],
+        );
+        assert!(
+            ok,
+            "[{name}] an ignore_eos benchmark fired the length alert:\n{out}"
+        );
+        // One natural stop a minute is enough evidence: then the same share fires.
+        let natural = AlertCase {
+            input: vec![series("length", 600), series("stop", 1)],
+            fires: true,
+            labels: vec![("model_name", "meta-llama/Llama-3.1-8B-Instruct".into())],
+            ..benchmark
+        };
+        let (ok, out) = run_cases(
+            &opts,
+            dir.path(),
+            "../vllm-alerting-rules.yaml",
+            &[(alert, natural)],
+        );
+        assert!(
+            ok,
+            "[{name}] truncation with natural stops must fire:\n{out}"
+        );
+    }
+}

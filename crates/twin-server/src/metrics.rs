@@ -1,19 +1,37 @@
 //! The frontend's metrics: `MetricsRecorder` (twin-metrics, byte-compatible with vLLM's
 //! `PrometheusStatLogger`) fed the way vLLM's API server feeds it: one `record()` per engine
 //! output batch with that step's `SchedulerStats` and the batch's `IterationStats`
-//! (TTFT / ITL / finished requests), plus admission rejections from the handlers.
-//! vLLM: `v1/engine/output_processor.py` + `v1/metrics/stats.py` + `v1/metrics/loggers.py`.
+//! (TTFT / ITL / finished requests), plus admission rejections from the handlers. After
+//! them, `/metrics` carries prometheus_fastapi_instrumentator's `http_requests_total`, which
+//! vLLM's API server registers in the same registry (only on the live server: the recorder's
+//! own exposition, which the golden files pin, stays vLLM's engine families).
+//! vLLM: `v1/engine/output_processor.py` + `v1/metrics/stats.py` + `v1/metrics/loggers.py`,
+//! `entrypoints/serve/instrumentator/metrics.py`.
 
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use twin_metrics::stats as ms;
-use twin_metrics::MetricsRecorder;
+use twin_metrics::{MetricFamily, MetricType, MetricsRecorder, Series, SeriesValue};
 use twin_sim::Startup;
+
+/// Handlers vLLM excludes from the instrumentator (patterns searched in the route template,
+/// or in the raw path when no route matches). vLLM: `attach_router`'s `excluded_handlers`.
+pub const HTTP_EXCLUDED_HANDLERS: &[&str] = &[
+    "/metrics",
+    "/health",
+    "/load",
+    "/ping",
+    "/version",
+    "/server_info",
+];
 
 /// The recorder behind a lock. The engine thread records once per output batch; `/metrics`
 /// snapshots the families under the lock and encodes outside it.
 pub struct ServerMetrics {
     recorder: Mutex<MetricsRecorder>,
+    /// `http_requests_total` children in creation order (prometheus_client's order).
+    http: Mutex<Vec<Series>>,
 }
 
 // The engine → vLLM stats mappings are the simulator's, so both faces export alike.
@@ -39,6 +57,7 @@ impl ServerMetrics {
         let _ = recorder.log_engine_initialized();
         ServerMetrics {
             recorder: Mutex::new(recorder),
+            http: Mutex::new(Vec::new()),
         }
     }
 
@@ -58,9 +77,71 @@ impl ServerMetrics {
         self.lock().record_admission_rejection(reason);
     }
 
-    /// The `/metrics` body (classic text, as vLLM sends it).
+    /// One answered request, as prometheus_fastapi_instrumentator's default `instrumentation`
+    /// counts it: `handler` is the route template (`None`: no route matched, counted as
+    /// `none`; the raw `path` then decides exclusion), the status grouped to `2xx`/`4xx`/`5xx`.
+    /// vLLM: `PrometheusInstrumentatorMiddleware.__call__` with `should_group_status_codes`
+    /// and `should_group_untemplated` (both default true).
+    pub fn http_request(&self, template: Option<&str>, path: &str, method: &str, status: u16) {
+        let matched = template.unwrap_or(path);
+        if HTTP_EXCLUDED_HANDLERS.iter().any(|h| matched.contains(h)) {
+            return;
+        }
+        let handler = template.unwrap_or("none");
+        let status = format!("{}xx", status / 100);
+        let labels = [
+            ("method", method),
+            ("status", status.as_str()),
+            ("handler", handler),
+        ];
+        let mut http = self.http.lock().unwrap_or_else(|p| p.into_inner());
+        let found = http.iter_mut().find(|s| {
+            s.labels
+                .iter()
+                .zip(labels.iter())
+                .all(|((k, v), (wk, wv))| k == wk && v == wv)
+        });
+        match found {
+            Some(Series {
+                value: SeriesValue::Counter { total, .. },
+                ..
+            }) => *total += 1.0,
+            Some(_) => {}
+            None => {
+                let created_unix_s = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0);
+                http.push(Series {
+                    labels: labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                        .collect(),
+                    value: SeriesValue::Counter {
+                        total: 1.0,
+                        created_unix_s,
+                    },
+                });
+            }
+        }
+    }
+
+    /// `http_requests_total` as collected (HELP/TYPE even before the first request, as
+    /// prometheus_client writes a labelled family without children).
+    pub fn http_family(&self) -> MetricFamily {
+        MetricFamily {
+            name: "http_requests".into(),
+            help: "Total number of requests by method, status and handler.".into(),
+            kind: MetricType::Counter,
+            series: self.http.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        }
+    }
+
+    /// The `/metrics` body (classic text, as vLLM sends it): the engine families, then the
+    /// instrumentator's.
     pub fn encode_text(&self) -> String {
-        let families = self.lock().families();
+        let mut families = self.lock().families();
+        families.push(self.http_family());
         twin_metrics::encode_text(&families)
     }
 

@@ -81,11 +81,17 @@ enum Command {
         /// Emit `vllm_` metric names (for Prometheus setups that store them that way).
         #[arg(long)]
         prefer_underscore: bool,
-        /// TTFT P95 SLO in seconds (a vLLM TTFT bucket bound, e.g. 0.5, 1.0, 2.5).
-        #[arg(long)]
+        /// TTFT P95 SLO in milliseconds (a vLLM TTFT bucket bound, e.g. 500, 1000, 2500).
+        #[arg(long, value_name = "MS", conflicts_with = "ttft_slo")]
+        slo_ttft_ms: Option<f64>,
+        /// ITL P95 SLO in milliseconds (a vLLM ITL bucket bound, e.g. 50, 100).
+        #[arg(long, value_name = "MS", conflicts_with = "itl_slo")]
+        slo_itl_ms: Option<f64>,
+        /// Old spelling of --slo-ttft-ms, in seconds.
+        #[arg(long, hide = true)]
         ttft_slo: Option<f64>,
-        /// ITL P95 SLO in seconds (a vLLM ITL bucket bound, e.g. 0.05, 0.1).
-        #[arg(long)]
+        /// Old spelling of --slo-itl-ms, in seconds.
+        #[arg(long, hide = true)]
         itl_slo: Option<f64>,
         /// KV usage warning / critical thresholds (fractions).
         #[arg(long)]
@@ -196,6 +202,8 @@ fn main() -> ExitCode {
         Command::Kit {
             out,
             prefer_underscore,
+            slo_ttft_ms,
+            slo_itl_ms,
             ttft_slo,
             itl_slo,
             kv_warning,
@@ -220,6 +228,18 @@ fn main() -> ExitCode {
             }
             if let Some(v) = itl_slo {
                 opts.itl_slo_s = v;
+            }
+            let buckets = (
+                twin_kit::families::TTFT_BUCKETS,
+                twin_kit::families::ITL_BUCKETS,
+            );
+            if let Some(ms) = slo_ttft_ms {
+                opts.ttft_slo_s = twin_kit::slo_bound_from_ms("--slo-ttft-ms", ms, buckets.0)
+                    .map_err(anyhow::Error::msg)?;
+            }
+            if let Some(ms) = slo_itl_ms {
+                opts.itl_slo_s = twin_kit::slo_bound_from_ms("--slo-itl-ms", ms, buckets.1)
+                    .map_err(anyhow::Error::msg)?;
             }
             if let Some(v) = kv_warning {
                 opts.kv_warning = v;

@@ -13,7 +13,7 @@ mod json;
 mod state;
 mod tokenize;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -57,7 +57,28 @@ pub fn router(st: Shared) -> Router {
         })
         .layer(middleware::from_fn_with_state(st.clone(), authenticate))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(st.clone(), count_http))
         .with_state(st)
+}
+
+/// Counts every answered request in `http_requests_total`, outermost so that 401s and
+/// vLLM-shaped 404/405/413 bodies count too. `MatchedPath` is the route template
+/// (`Router::layer` runs after routing); the fallback has none and counts as `none`.
+/// vLLM counts once the last body chunk is sent; the twin counts when the head is, which
+/// gives the same totals once streams end. Refusals past `--max-connections` never get here,
+/// as uvicorn's `--limit-concurrency` 503s never reach vLLM's app.
+/// vLLM: `PrometheusInstrumentatorMiddleware.__call__`.
+async fn count_http(State(st): State<Shared>, req: Request, next: Next) -> Response {
+    let template = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string());
+    let path = req.uri().path().to_string();
+    let method = req.method().as_str().to_string();
+    let resp = next.run(req).await;
+    st.metrics
+        .http_request(template.as_deref(), &path, &method, resp.status().as_u16());
+    resp
 }
 
 /// vLLM: `AuthenticationMiddleware` (Bearer token on `/v1...`; OPTIONS and other paths pass).
