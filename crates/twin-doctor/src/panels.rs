@@ -114,6 +114,27 @@ pub struct Signals {
     pub gen_len_p90: Option<f64>,
     /// Longest span (s) with requests running and no generated token.
     pub stalled_s: f64,
+    /// Prompt tokens of the requests that finished (`request_prompt_tokens` sum), against
+    /// `prompt_tokens` of every request that reached its first token.
+    pub finished_prompt_tokens: Option<f64>,
+    /// Generated tokens per step that produced output (`generation_tokens` over
+    /// `iteration_tokens_total` count): the mean decode batch, readable from one scrape.
+    pub decode_batch_mean: Option<f64>,
+    /// Longest span (s) of consecutive scrapes with KV usage > 0.65, and with more than 3
+    /// requests waiting: the seed's autoscaling triggers, which must hold 15-30 s.
+    pub kv_high_sustained_s: f64,
+    pub waiting_high_sustained_s: f64,
+    /// Cumulative `(le, count)` of TTFT and E2E in the window (for the abandoned requests).
+    #[serde(skip)]
+    pub ttft_hist: Vec<(f64, f64)>,
+    #[serde(skip)]
+    pub e2e_hist: Vec<(f64, f64)>,
+    /// The window ends on an idle server: running and waiting 0 at the last scrape and
+    /// nothing finished since the one before (one scrape: running and waiting 0).
+    pub drained: bool,
+    /// Drained, and no scrape of the window saw a request running or waiting (one scrape
+    /// counts as unseen): the numbers are the aftermath of load this window never showed.
+    pub load_unseen: bool,
     /// `vllm:cache_config_info` labels.
     pub cache_config: BTreeMap<String, String>,
     pub model_names: Vec<String>,
@@ -341,7 +362,10 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
 
     let last = w.last();
     sig.engines = last.engines();
-    sig.model_names = last.model_names();
+    sig.model_names = match sel.labels.iter().find(|(k, _)| k == "model_name") {
+        Some((_, m)) => vec![m.clone()],
+        None => last.model_names(),
+    };
     if let Some(info) = last.series("vllm:cache_config_info").first() {
         sig.cache_config = info
             .labels
@@ -351,10 +375,10 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
             .collect();
     }
 
-    sig.ttft_s = w.quantiles("vllm:time_to_first_token_seconds").0;
+    (sig.ttft_s, sig.ttft_hist) = w.quantiles("vllm:time_to_first_token_seconds");
     sig.itl_s = w.quantiles("vllm:inter_token_latency_seconds").0;
     sig.tpot_s = w.quantiles("vllm:request_time_per_output_token_seconds").0;
-    sig.e2e_s = w.quantiles("vllm:e2e_request_latency_seconds").0;
+    (sig.e2e_s, sig.e2e_hist) = w.quantiles("vllm:e2e_request_latency_seconds");
     sig.queue_s = w.quantiles("vllm:request_queue_time_seconds").0;
     sig.prefill_s = w.quantiles("vllm:request_prefill_time_seconds").0;
     sig.decode_s = w.quantiles("vllm:request_decode_time_seconds").0;
@@ -441,8 +465,74 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
     sig.prompt_len_hist = non_cumulative(&pb);
     sig.gen_len_hist = non_cumulative(&gb);
 
+    sig.finished_prompt_tokens = (pq.count > 0.0)
+        .then(|| pq.mean.map(|m| m * pq.count))
+        .flatten();
+    let steps_n = sig.tokens_per_step.count;
+    sig.decode_batch_mean =
+        (steps_n > 0.0 && sig.generation_tokens > 0.0).then(|| sig.generation_tokens / steps_n);
+    sig.drained = drained(snaps, &w.sel);
+    let busy = |g: &Option<GaugeStats>| g.as_ref().is_some_and(|g| g.max > 0.0);
+    sig.load_unseen =
+        sig.drained && (sig.cumulative || !(busy(&sig.running) || busy(&sig.waiting)));
+
     sig.stalled_s = stalled_span(snaps, &w.sel);
+    sig.kv_high_sustained_s = sustained_span(snaps, &w.sel, "vllm:kv_cache_usage_perc", true, 0.65);
+    sig.waiting_high_sustained_s =
+        sustained_span(snaps, &w.sel, "vllm:num_requests_waiting", false, 3.0);
     sig
+}
+
+/// Longest span (s) of consecutive scrapes whose gauge (summed over the selected series,
+/// or their mean) is above `line`.
+fn sustained_span(
+    snaps: &[Snapshot],
+    sel: &[(&str, &str)],
+    name: &str,
+    mean: bool,
+    line: f64,
+) -> f64 {
+    let value = |s: &Scrape| {
+        let xs: Vec<f64> = s
+            .series(name)
+            .into_iter()
+            .filter(|x| x.matches(sel) && x.value.is_finite())
+            .map(|x| x.value)
+            .collect();
+        if xs.is_empty() {
+            None
+        } else if mean {
+            Some(xs.iter().sum::<f64>() / xs.len() as f64)
+        } else {
+            Some(xs.iter().sum())
+        }
+    };
+    let mut best: f64 = 0.0;
+    let mut start: Option<f64> = None;
+    for s in snaps {
+        if value(&s.scrape).is_some_and(|v| v > line) {
+            let t0 = *start.get_or_insert(s.t_s);
+            best = best.max(s.t_s - t0);
+        } else {
+            start = None;
+        }
+    }
+    best
+}
+
+/// Whether the window ends on an idle server (see [`Signals::drained`]).
+fn drained(snaps: &[Snapshot], sel: &[(&str, &str)]) -> bool {
+    let Some(last) = snaps.last() else {
+        return false;
+    };
+    let gauge = |s: &Scrape, n: &str| s.sum(n, sel);
+    let idle = gauge(&last.scrape, "vllm:num_requests_running") == Some(0.0)
+        && gauge(&last.scrape, "vllm:num_requests_waiting").unwrap_or(0.0) == 0.0;
+    if !idle || snaps.len() < 2 {
+        return idle;
+    }
+    let finished = |s: &Scrape| s.sum("vllm:request_success_total", sel).unwrap_or(0.0);
+    finished(&last.scrape) == finished(&snaps[snaps.len() - 2].scrape)
 }
 
 /// Longest run of consecutive scrapes with requests running and the generation counter

@@ -115,6 +115,12 @@ fn finding_text(f: &Finding, out: &mut String) {
         };
         let _ = writeln!(out, "    {} = {}{th}", e.metric, value(e.value));
     }
+    if !f.could_not_see.is_empty() {
+        let _ = writeln!(out, "  could not see:");
+        for c in &f.could_not_see {
+            let _ = writeln!(out, "    - {c}");
+        }
+    }
     if let Some(r) = f.reproduced {
         let _ = writeln!(
             out,
@@ -298,6 +304,9 @@ pub fn markdown(d: &Diagnosis) -> String {
             );
         }
         out.push('\n');
+        if !f.could_not_see.is_empty() {
+            let _ = writeln!(out, "Could not see: {}\n", f.could_not_see.join("; "));
+        }
         if let Some(r) = f.reproduced {
             let _ = writeln!(
                 out,

@@ -279,10 +279,14 @@ fn fit(
             && !has("--max-num-seqs")
             && !has("--max-num-active-seqs")
         {
-            if let Some(p) = sig.running.as_ref().map(|g| g.max) {
-                notes.push(format!(
-                    "--max-num-seqs {p:.0} inferred from the flat running line"
-                ));
+            // The pinned cap: the flat running line, or the decode batch one scrape shows.
+            let pinned = f
+                .evidence
+                .iter()
+                .find(|e| e.metric == "running_max" || e.metric == "decode_batch_mean")
+                .map(|e| (e.value.round(), e.metric.as_str()));
+            if let Some((p, how)) = pinned.filter(|(p, _)| *p >= 1.0) {
+                notes.push(format!("--max-num-seqs {p:.0} inferred from {how}"));
                 a.extend([s("--max-num-seqs"), format!("{p:.0}")]);
             }
         }
