@@ -406,18 +406,21 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
     }
 }
 
-/// Where to raise a pinned running cap: what the KV pool holds (see [`admission_cap`]) when
-/// that is above the cap, else `0.8 / KV usage` times it (2-8x, a multiple of 8).
+/// Where to raise a pinned running cap: the seed's `0.8 / KV usage` times it, 2-8x (a
+/// multiple of 8), and never past what the KV pool holds (see [`admission_cap`]), so the
+/// raise cannot trade the queue for preemptions. A bigger jump at once would also stretch
+/// each step (ITL) further than the twin can vouch for.
 fn raise_to(sig: &Signals, pinned: f64, kv_mean: f64) -> (u64, String) {
-    if let Cap::Derived { to, how } = admission_cap(sig) {
-        if to as f64 >= 2.0 * pinned {
-            return (to, format!("what the KV pool holds: {how}"));
-        }
-    }
     let room = if kv_mean > 0.0 { 0.8 / kv_mean } else { 8.0 };
     let factor = room.clamp(2.0, 8.0);
+    let to = round8(pinned * factor);
+    if let Cap::Derived { to: pool, how } = admission_cap(sig) {
+        if pool < to && pool as f64 > pinned {
+            return (pool, format!("what the KV pool holds: {how}"));
+        }
+    }
     (
-        round8(pinned * factor),
+        to,
         format!("{factor:.1} x the cap {pinned:.0} (0.8 / KV usage {kv_mean:.2}, 2-8x)"),
     )
 }
