@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use twin_metrics::counters::CounterTracker;
+use std::collections::HashMap;
+
+use twin_metrics::counters::{counter_increase, CounterTracker};
 use twin_metrics::parser::Scrape;
 
 use crate::sources::Snapshot;
@@ -241,34 +243,78 @@ impl<'a> Window<'a> {
     fn present(&self, name: &str) -> bool {
         self.snaps.iter().any(|s| !s.scrape.series(name).is_empty())
     }
-    /// Cumulative `(le, increase)` buckets, count and sum of a histogram.
+    /// Cumulative `(le, increase)` buckets, count and sum of a histogram. One pass over
+    /// each scrape's bucket series (a histogram may have hundreds of thousands of buckets,
+    /// so nothing here looks a bucket up by its `le`): each series' readings in scrape
+    /// order, `increase()` of each (a drop is a reset), summed by `le`.
     fn hist(&self, family: &str) -> Option<HistWindow> {
         let bucket = format!("{family}_bucket");
-        let mut les: Vec<(f64, String)> = Vec::new();
-        for s in self.snaps.iter().rev().take(1) {
+        let count = self.inc(&format!("{family}_count"), &[]);
+        let sum = self.inc(&format!("{family}_sum"), &[]);
+        let window = if self.cumulative() {
+            &self.snaps[self.snaps.len() - 1..]
+        } else {
+            self.snaps
+        };
+        // le text -> its value and the readings of each series (other labels) under it.
+        let mut by_le: HashMap<String, (f64, HashMap<String, Vec<f64>>)> = HashMap::new();
+        let last = window.len() - 1;
+        for (i, s) in window.iter().enumerate() {
             for x in s.scrape.series(&bucket) {
                 if !x.matches(&self.sel) {
                     continue;
                 }
-                if let Some(le) = x.label("le") {
-                    if let Some(v) = twin_metrics::parser::parse_value(le) {
-                        if !les.iter().any(|(_, l)| l == le) {
-                            les.push((v, le.to_string()));
+                let Some(le) = x.label("le") else { continue };
+                let entry = match by_le.get_mut(le) {
+                    Some(e) => {
+                        if i == last && e.0.is_nan() {
+                            e.0 = twin_metrics::parser::parse_value(le).unwrap_or(f64::NAN);
                         }
+                        e
                     }
-                }
+                    // Only edges of the last scrape count (as Prometheus' last sample).
+                    None if i == last => {
+                        let Some(v) = twin_metrics::parser::parse_value(le) else {
+                            continue;
+                        };
+                        by_le.entry(le.to_string()).or_insert((v, HashMap::new()))
+                    }
+                    None => {
+                        by_le.insert(le.to_string(), (f64::NAN, HashMap::new()));
+                        by_le.get_mut(le).expect("just inserted")
+                    }
+                };
+                let id: String = x
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| k != "le")
+                    .flat_map(|(k, v)| [k.as_str(), "=", v.as_str(), ","])
+                    .collect();
+                entry.1.entry(id).or_default().push(x.value);
             }
         }
-        let count = self.inc(&format!("{family}_count"), &[]);
-        let sum = self.inc(&format!("{family}_sum"), &[]);
-        if les.is_empty() && !self.present(&format!("{family}_count")) {
+        // Edges seen before the last scrape but not in it: the last one has no such edge.
+        by_le.retain(|_, (v, _)| !v.is_nan());
+        if by_le.is_empty() && !self.present(&format!("{family}_count")) {
             return None;
         }
-        les.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let buckets = les
-            .iter()
-            .map(|(v, l)| (*v, self.inc(&bucket, &[("le", l.as_str())])))
+        let mut buckets: Vec<(f64, f64)> = by_le
+            .into_values()
+            .map(|(le, series)| {
+                let inc = series
+                    .values()
+                    .map(|r| {
+                        if r.len() == 1 && self.cumulative() {
+                            r[0]
+                        } else {
+                            counter_increase(r)
+                        }
+                    })
+                    .sum();
+                (le, inc)
+            })
             .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
         Some((buckets, count, sum))
     }
     fn quantiles(&self, family: &str) -> (Quantiles, Vec<(f64, f64)>) {
