@@ -371,11 +371,15 @@ pub fn doctor_main(argv: &[String]) -> Result<ExitCode, DoctorError> {
         } else {
             render::text(&d)
         };
-        if a.watch && !a.json {
-            println!("==== refresh {round} ====");
+        let head = if a.watch && !a.json {
+            format!("==== refresh {round} ====\n")
+        } else {
+            String::new()
+        };
+        // `doctor … | head`: a reader that left ends the run quietly with its verdict.
+        if !emit(&format!("{head}{body}\n")) {
+            return Ok(ExitCode::from(d.exit_code));
         }
-        println!("{body}");
-        let _ = std::io::stdout().flush();
         let done = !a.watch || a.watch_count.is_some_and(|n| round >= n);
         if done {
             return Ok(ExitCode::from(d.exit_code));
@@ -387,6 +391,15 @@ pub fn doctor_main(argv: &[String]) -> Result<ExitCode, DoctorError> {
             ));
         }
     }
+}
+
+/// Write to stdout; `false` when it is closed (a broken pipe) or otherwise unwritable,
+/// where `println!` would panic.
+fn emit(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
 }
 
 #[cfg(test)]
