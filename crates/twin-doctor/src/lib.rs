@@ -15,6 +15,7 @@ pub mod cli;
 pub mod http;
 pub mod inference;
 pub mod panels;
+pub mod plan;
 pub mod playbook;
 pub mod recommend;
 pub mod render;
@@ -82,6 +83,8 @@ pub struct Diagnosis {
     pub exit_code: u8,
     pub version: version::VersionInfo,
     pub server: sources::ServerInfo,
+    /// The findings merged by root cause, in the order to act (see [`plan`]).
+    pub plan: Vec<plan::PlanStep>,
     pub findings: Vec<Finding>,
     pub bottlenecks: Vec<bottleneck::Bottleneck>,
     pub panels: Vec<Signals>,
@@ -249,7 +252,9 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
             findings.extend(playbook::imbalance(&group, "instance"));
         }
     }
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    // Root cause first, then severity: the plan's order.
+    findings.sort_by_key(|f| (plan::rank(f.id), std::cmp::Reverse(f.severity)));
+    let plan = plan::build(&findings);
     let worst = findings.iter().map(|f| f.severity).max();
     Diagnosis {
         schema: SCHEMA,
@@ -263,6 +268,7 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
         exit_code: exit_code(worst),
         version,
         server: obs.server.clone(),
+        plan,
         findings,
         bottlenecks,
         panels,

@@ -577,7 +577,11 @@ fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findin
     let tpot = sig.tpot_s.mean.or(sig.itl_s.mean).unwrap_or(0.0);
     let itl50 = sig.itl_s.p50.unwrap_or(0.0);
     let conf = confidence(sig, sig.itl_s.count);
-    if tpot > th.tpot_mean_s {
+    // Steps that are mostly prompt tokens make TPOT slow by compute (prefill), not by
+    // reading memory: that is the TTFT/compute findings' business, not bandwidth.
+    let prefill_heavy = sig.prompt_tokens >= 4.0 * sig.generation_tokens
+        && sig.decode_share.is_some_and(|d| d < 0.5);
+    if tpot > th.tpot_mean_s && !prefill_heavy {
         // Branch B: everything is slow, not only the tail.
         let running = sig.running.as_ref().map(|g| g.mean).unwrap_or(0.0);
         let mut e = vec![

@@ -287,6 +287,12 @@ fn requests_abandoned_after_their_first_token_are_a_finding() {
             .all(|x| !x.cause.contains("so many running requests")),
         "{text}"
     );
+    // Clients giving up is a consequence: the plan's last step, after the latency causes.
+    let last = d.plan.last().expect("a plan");
+    assert!(
+        last.findings.contains(&"abandoned-requests") && d.plan.len() > 1,
+        "{text}"
+    );
     // No finished_reason="abort" at all: the old rule alone would have seen nothing.
     assert!(!named(&d).contains(&"aborts"));
 }

@@ -28,6 +28,7 @@ fn healthy_chat_names_no_branch() {
     let f = scenario("healthy", "--request-rate 12 --num-requests 2000");
     let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
     assert_eq!(d.exit_code, 0, "{}", twin_doctor::render::text(&d));
+    assert!(d.plan.is_empty(), "healthy run has a plan");
     for b in BRANCHES {
         assert!(
             !d.findings.iter().any(|x| x.id == *b),
@@ -57,6 +58,7 @@ fn kv_overrun_preempts_and_queues() {
     );
     assert!(!n.contains(&"ttft-queue-pseudo-saturation"));
     assert_eq!(d.exit_code, 2);
+    assert!(plan_first(&d).contains(&"kv-preemption"), "{:?}", d.plan);
     let pre = finding(&d, "kv-preemption");
     assert_eq!(pre.reproduced, Some(true));
     // 0.34 has --max-num-active-seqs; the twin says it removes the preemptions.
@@ -133,6 +135,7 @@ fn pseudo_saturation_running_pinned() {
         !n.contains(&"ttft-queue-kv-full") && !n.contains(&"kv-preemption"),
         "{n:?}"
     );
+    assert_eq!(plan_first(&d), ["ttft-queue-pseudo-saturation"]);
     let p = finding(&d, "ttft-queue-pseudo-saturation");
     assert_eq!(p.reproduced, Some(true));
     assert_eq!(verdict(p, "--max-num-seqs 16 ->"), "helps");
@@ -145,6 +148,7 @@ fn prefill_interference_itl_tail() {
     let n = named(&d);
     assert!(n.contains(&"itl-prefill-interference"), "{n:?}");
     assert!(!n.contains(&"itl-bandwidth-saturation"), "{n:?}");
+    assert_eq!(plan_first(&d), ["itl-prefill-interference"]);
     let i = finding(&d, "itl-prefill-interference");
     assert_eq!(i.reproduced, Some(true));
     assert_eq!(verdict(i, "--max-num-batched-tokens"), "helps");
@@ -167,6 +171,7 @@ fn small_token_budget_with_long_prompts() {
         "{:?}",
         named(&d)
     );
+    assert_eq!(plan_first(&d), ["ttft-prefill-token-budget"]);
     // Not told: V1 metrics cannot show the budget, the twin infers it.
     let d = doctor(&[path, "--vllm-version", "0.34.0", "--verify"]);
     let b = finding(&d, "ttft-prefill-token-budget");
@@ -182,6 +187,7 @@ fn truncation_by_max_model_len() {
     let f = scenario("truncation", "--max-model-len 2048 --input-len 1500 --output-len 1500 --request-rate 5 --num-requests 1000");
     let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0"]);
     assert!(named(&d).contains(&"length-truncation"), "{:?}", named(&d));
+    assert_eq!(plan_first(&d), ["length-truncation"]);
     // Told the real limit, confidence is high.
     let d = doctor(&[f.to_str().unwrap(), "--max-model-len", "2048"]);
     assert_eq!(
@@ -208,6 +214,7 @@ fn bandwidth_saturation_on_a_slow_gpu() {
         n.contains(&"itl-bandwidth-saturation") && !n.contains(&"itl-prefill-interference"),
         "{n:?}"
     );
+    assert_eq!(plan_first(&d), ["itl-bandwidth-saturation"]);
     let b = finding(&d, "itl-bandwidth-saturation");
     assert_eq!(b.reproduced, Some(true));
     // Weights dominate the bytes here: FP8 weights bring requests under the TPOT SLO
@@ -259,6 +266,11 @@ fn overload_queues_without_a_binding_cap() {
         verdict(finding(&d, "ttft-queue-overload"), "scale out"),
         "helps"
     );
+    assert!(
+        plan_first(&d).contains(&"ttft-queue-overload"),
+        "{:?}",
+        d.plan
+    );
 }
 
 #[test]
@@ -278,6 +290,7 @@ fn prefix_cache_off_with_long_shared_prompts() {
     ]);
     let n = named(&d);
     assert!(n.contains(&"ttft-prefill-prefix-miss"), "{n:?}");
+    assert_eq!(plan_first(&d), ["ttft-prefill-prefix-miss"]);
     assert!(!n.iter().any(|x| x.starts_with("ttft-queue")), "{n:?}");
     let f = finding(&d, "ttft-prefill-prefix-miss");
     assert!(f
