@@ -296,3 +296,81 @@ fn requests_abandoned_after_their_first_token_are_a_finding() {
     // No finished_reason="abort" at all: the old rule alone would have seen nothing.
     assert!(!named(&d).contains(&"aborts"));
 }
+
+/// Untimed scrapes of `waiting` (one value per model) written as files, `--interval 15s`
+/// apart; each model also has a finished-request counter that grows.
+fn waiting_scrapes(name: &str, per_scrape: &[&[(&str, f64)]]) -> Vec<String> {
+    per_scrape
+        .iter()
+        .enumerate()
+        .map(|(i, models)| {
+            let mut s = String::from(
+                "# TYPE vllm:num_requests_waiting gauge\n# TYPE vllm:num_requests_running gauge\n# TYPE vllm:request_success counter\n",
+            );
+            for (m, w) in models.iter() {
+                s.push_str(&format!(
+                    "vllm:num_requests_waiting{{model_name=\"{m}\"}} {w}\n\
+                     vllm:num_requests_running{{model_name=\"{m}\"}} 4\n\
+                     vllm:request_success_total{{finished_reason=\"stop\",model_name=\"{m}\"}} {}\n",
+                    10 * (i + 1)
+                ));
+            }
+            let p = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("doctor-{name}-{i}.prom"));
+            std::fs::write(&p, s).unwrap();
+            p.to_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn diagnose_files(files: &[String]) -> twin_doctor::Diagnosis {
+    let mut args: Vec<&str> = files.iter().map(String::as_str).collect();
+    args.extend(["--interval", "15s"]);
+    doctor(&args)
+}
+
+#[test]
+fn the_scale_out_signal_needs_15_s_sustained() {
+    let has = |d: &twin_doctor::Diagnosis| d.findings.iter().any(|f| f.id == "autoscale-signal");
+    // One scrape with a queue: no trend, no trigger (it used to fire).
+    let one = waiting_scrapes("hpa-one", &[&[("a", 10.0)]]);
+    assert!(!has(&diagnose_files(&one)));
+    // A spike in one scrape of three: not sustained.
+    let spike = waiting_scrapes("hpa-spike", &[&[("a", 0.0)], &[("a", 10.0)], &[("a", 0.0)]]);
+    assert!(!has(&diagnose_files(&spike)));
+    // Two consecutive scrapes 15 s apart above 3: sustained for 15 s.
+    let held = waiting_scrapes("hpa-held", &[&[("a", 0.0)], &[("a", 10.0)], &[("a", 9.0)]]);
+    let d = diagnose_files(&held);
+    let f = finding(&d, "autoscale-signal");
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.metric == "waiting_above_3_for_s" && e.value == 15.0));
+}
+
+#[test]
+fn two_models_in_one_scrape_are_diagnosed_apart() {
+    // Each model has 2 waiting: together 4 (> 3), but no model's queue triggers anything.
+    let two = [("a", 2.0), ("b", 2.0)];
+    let files = waiting_scrapes("two-models", &[&two, &two, &two]);
+    let d = diagnose_files(&files);
+    assert_eq!(d.panels.len(), 2, "one panel per model");
+    assert!(d
+        .panels
+        .iter()
+        .all(|p| p.waiting.as_ref().unwrap().max == 2.0));
+    assert!(d.panels[0].instance.ends_with("/a") && d.panels[1].instance.ends_with("/b"));
+    assert!(
+        !d.findings.iter().any(|f| f.id == "autoscale-signal"),
+        "{}",
+        twin_doctor::render::text(&d)
+    );
+    // One model's queue alone fires for that model only.
+    let skew = [("a", 2.0), ("b", 8.0)];
+    let files = waiting_scrapes("skewed-models", &[&skew, &skew, &skew]);
+    let d = diagnose_files(&files);
+    let f = finding(&d, "autoscale-signal");
+    assert!(f.instance.ends_with("/b"), "{}", f.instance);
+    // Two models' loads are never compared as replicas.
+    assert!(!d.findings.iter().any(|f| f.id == "replica-imbalance"));
+}
