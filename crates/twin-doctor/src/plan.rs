@@ -114,7 +114,11 @@ pub fn build(findings: &[Finding]) -> Vec<PlanStep> {
             let mut actions = Vec::new();
             for r in group.iter().flat_map(|f| &f.recommendations) {
                 if used.insert((inst.to_string(), key(r))) {
-                    actions.push(r.clone());
+                    let mut r = r.clone();
+                    if r.replicas.is_some() {
+                        r.caveat = Some(hpa_note(findings, inst));
+                    }
+                    actions.push(r);
                 }
             }
             steps.push(PlanStep {
@@ -131,4 +135,19 @@ pub fn build(findings: &[Finding]) -> Vec<PlanStep> {
         s.order = i + 1;
     }
     steps
+}
+
+/// The seed's autoscaling rule beside every scale-out, and whether it fires on this window.
+fn hpa_note(findings: &[Finding], instance: &str) -> String {
+    let fires = findings
+        .iter()
+        .any(|f| f.instance == instance && f.id == "autoscale-signal");
+    format!(
+        "autoscale (HPA) on vllm:num_requests_waiting > 3 or vllm:kv_cache_usage_perc > 0.65 held for 15-30 s, per model, never on GPU_UTIL; {}",
+        if fires {
+            "it fires on this window"
+        } else {
+            "it does not fire on this window"
+        }
+    )
 }

@@ -193,6 +193,9 @@ fn plan_text(d: &Diagnosis, out: &mut String) {
         }
         for r in &s.actions {
             let _ = writeln!(out, "     - {}  [{}]", r.action, effect(r));
+            if let (Some(_), Some(c)) = (r.replicas, &r.caveat) {
+                let _ = writeln!(out, "       {c}");
+            }
         }
     }
     out.push('\n');

@@ -69,8 +69,22 @@ fn kv_overrun_preempts_and_queues() {
         d.bottlenecks[0].class,
         twin_doctor::bottleneck::Class::Capacity
     );
-    // Scenario 4: the seed's autoscaling trigger fires.
+    // Scenario 4: the seed's autoscaling trigger fires, and the plan's scale-out says so.
     assert!(d.findings.iter().any(|x| x.id == "autoscale-signal"));
+    let scale = d
+        .plan
+        .iter()
+        .flat_map(|s| &s.actions)
+        .find(|r| r.replicas.is_some())
+        .expect("a scale-out in the plan");
+    assert!(
+        scale
+            .caveat
+            .as_deref()
+            .is_some_and(|c| c.contains("fires on this window")),
+        "{:?}",
+        scale.caveat
+    );
     one_verdict_per_change(&d);
 }
 
