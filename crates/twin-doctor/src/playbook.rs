@@ -929,14 +929,22 @@ fn extras(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {
                     "lower bound: half of them waited longer for their first token",
                 ));
             }
-            let when = match (a.ttft_median_at_least_s, a.ttft_p99_all_s) {
-                (Some(m), _) => {
-                    format!(" Half of them had waited more than {m:.1} s for their first token.")
+            let secs = |x: f64| {
+                if x < 1.0 {
+                    format!("{:.0} ms", x * 1e3)
+                } else {
+                    format!("{x:.1} s")
                 }
-                (None, Some(p)) => format!(" TTFT P99 over all requests was {p:.1} s."),
+            };
+            let when = match (a.ttft_median_at_least_s, a.ttft_p99_all_s) {
+                (Some(m), _) => format!(
+                    " Half of them had waited more than {} for their first token.",
+                    secs(m)
+                ),
+                (None, Some(p)) => format!(" TTFT P99 over all requests was {}.", secs(p)),
                 _ => String::new(),
             };
-            let mut f = finding(FindingHead { id: "abandoned-requests", scenario: "extra", title: &format!("Clients abandon requests: {:.0} of {:.0} left after their first token", a.count, a.first_tokens), severity: if share >= 0.2 { Severity::Critical } else { Severity::Warning }, confidence: if sig.cumulative { Confidence::Medium } else { Confidence::High } }, sig, e, &format!("More requests reached their first token than finished or still run: clients or gateways gave up (timeouts, disconnects). vLLM 0.34 records no finish for a client disconnect (no finished_reason=abort, no E2E), so only the first-token and prompt-token counters see them.{when} Long TTFT is the usual reason: fix the TTFT findings first."), vec![ctx.action(
+            let mut f = finding(FindingHead { id: "abandoned-requests", scenario: "extra", title: &format!("Clients abandon requests: {:.0} of {:.0} left after their first token", a.count, a.first_tokens), severity: if share >= 0.2 { Severity::Critical } else { Severity::Warning }, confidence: if sig.cumulative { Confidence::Medium } else { Confidence::High } }, sig, e, &format!("More requests reached their first token than finished or still run: clients or gateways gave up (timeouts, disconnects). vLLM 0.34 records no finish for a client disconnect (no finished_reason=abort, no E2E), so only the first-token and prompt-token counters see them.{when} A long TTFT is the usual reason (fix the TTFT findings first); with a short TTFT, a client or gateway timeout shorter than the whole answer."), vec![ctx.action(
                 "compare client and gateway timeouts with TTFT P99; fix queueing/prefill first so first tokens arrive before clients give up",
                 &[("ttft_p95_s", Down)],
                 "client behaviour is outside the engine",
