@@ -17,6 +17,7 @@ const BRANCHES: &[&str] = &[
     "itl-bandwidth-saturation",
     "kv-preemption",
     "length-truncation",
+    "abandoned-requests",
     "aborts",
     "errors",
     "engine-hung",
