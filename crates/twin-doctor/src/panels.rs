@@ -257,8 +257,29 @@ impl<'a> Window<'a> {
             self.snaps
         };
         // le text -> its value and the readings of each series (other labels) under it.
-        let mut by_le: HashMap<String, (f64, HashMap<String, Vec<f64>>)> = HashMap::new();
+        type Readings = HashMap<String, Vec<(f64, bool)>>;
+        let mut by_le: HashMap<String, (f64, Readings)> = HashMap::new();
         let last = window.len() - 1;
+        // A restart shows as a new `_created` of the histogram's series: the reading after
+        // it is all increase even when it climbed past the old value between scrapes.
+        let created_name = format!("{family}_created");
+        let mut restarted: Vec<std::collections::HashSet<String>> =
+            vec![Default::default(); window.len()];
+        let mut created_before: HashMap<String, f64> = HashMap::new();
+        for (i, s) in window.iter().enumerate() {
+            for x in s.scrape.series(&created_name) {
+                if !x.matches(&self.sel) {
+                    continue;
+                }
+                let id = series_id(x);
+                if created_before
+                    .insert(id.clone(), x.value)
+                    .is_some_and(|c| c != x.value)
+                {
+                    restarted[i].insert(id);
+                }
+            }
+        }
         for (i, s) in window.iter().enumerate() {
             for x in s.scrape.series(&bucket) {
                 if !x.matches(&self.sel) {
@@ -284,13 +305,9 @@ impl<'a> Window<'a> {
                         by_le.get_mut(le).expect("just inserted")
                     }
                 };
-                let id: String = x
-                    .labels
-                    .iter()
-                    .filter(|(k, _)| k != "le")
-                    .flat_map(|(k, v)| [k.as_str(), "=", v.as_str(), ","])
-                    .collect();
-                entry.1.entry(id).or_default().push(x.value);
+                let id = series_id(x);
+                let reset = restarted[i].contains(&id);
+                entry.1.entry(id).or_default().push((x.value, reset));
             }
         }
         // Edges seen before the last scrape but not in it: the last one has no such edge.
@@ -305,9 +322,9 @@ impl<'a> Window<'a> {
                     .values()
                     .map(|r| {
                         if r.len() == 1 && self.cumulative() {
-                            r[0]
+                            r[0].0
                         } else {
-                            counter_increase(r)
+                            increase_with_restarts(r)
                         }
                     })
                     .sum();
@@ -362,6 +379,30 @@ impl<'a> Window<'a> {
             .collect();
         GaugeStats::of(&v)
     }
+}
+
+/// A series' identity apart from `le` (its labels in order).
+fn series_id(x: &twin_metrics::parser::Sample) -> String {
+    x.labels
+        .iter()
+        .filter(|(k, _)| k != "le")
+        .flat_map(|(k, v)| [k.as_str(), "=", v.as_str(), ","])
+        .collect()
+}
+
+/// `increase()` over readings, each flagged when a restart (a new `_created`) preceded it.
+fn increase_with_restarts(r: &[(f64, bool)]) -> f64 {
+    let mut total = 0.0;
+    let mut start = 0;
+    for (i, (_, reset)) in r.iter().enumerate().skip(1) {
+        if *reset {
+            let part: Vec<f64> = r[start..i].iter().map(|x| x.0).collect();
+            total += counter_increase(&part) + r[i].0.max(0.0);
+            start = i;
+        }
+    }
+    let part: Vec<f64> = r[start..].iter().map(|x| x.0).collect();
+    total + counter_increase(&part)
 }
 
 fn non_cumulative(b: &[(f64, f64)]) -> Vec<(f64, f64)> {
@@ -606,6 +647,39 @@ fn stalled_span(snaps: &[Snapshot], sel: &[(&str, &str)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_between_scrapes_counts_the_new_life_whole() {
+        // The server restarted (new _created) and served 15 requests since: more than the 10
+        // it had counted before, so no value drop shows the reset.
+        let scrape = |n: u32, created: f64| {
+            let text = format!(
+                "# TYPE vllm:e2e_request_latency_seconds histogram\n\
+                 vllm:e2e_request_latency_seconds_bucket{{le=\"1.0\"}} {n}\n\
+                 vllm:e2e_request_latency_seconds_bucket{{le=\"+Inf\"}} {n}\n\
+                 vllm:e2e_request_latency_seconds_count {n}\n\
+                 vllm:e2e_request_latency_seconds_sum {n}\n\
+                 vllm:e2e_request_latency_seconds_created {created}\n"
+            );
+            twin_metrics::parser::parse(&text).unwrap()
+        };
+        let snaps = [
+            Snapshot {
+                t_s: 0.0,
+                scrape: scrape(10, 100.0),
+            },
+            Snapshot {
+                t_s: 15.0,
+                scrape: scrape(10, 100.0),
+            },
+            Snapshot {
+                t_s: 30.0,
+                scrape: scrape(15, 200.0),
+            },
+        ];
+        let sig = compute("x", &snaps, &Selector::default());
+        assert_eq!(sig.e2e_hist, vec![(1.0, 15.0), (f64::INFINITY, 15.0)]);
+    }
 
     #[test]
     fn quantile_matches_prometheus() {
