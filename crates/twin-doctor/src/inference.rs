@@ -72,7 +72,9 @@ pub struct Abandoned {
 pub fn abandoned(sig: &Signals) -> Option<Abandoned> {
     let first_tokens = sig.ttft_s.count;
     let finished = sig.e2e_s.count.max(sig.requests_finished);
-    if first_tokens <= 0.0 || sig.e2e_s.count <= 0.0 && sig.requests_finished <= 0.0 {
+    // Finished counts must be exported (zero is fine: every client may have given up).
+    let finish_exported = !sig.finish_reasons.is_empty() || sig.e2e_s.count > 0.0;
+    if first_tokens <= 0.0 || !finish_exported {
         return None;
     }
     let running_last = sig.running.as_ref().map(|g| g.last).unwrap_or(0.0);

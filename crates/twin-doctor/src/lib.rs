@@ -102,14 +102,21 @@ pub const SCHEMA: &str = "vllm-twin-doctor/1";
 pub const MIN_REQUESTS_FOR_CRITICAL: f64 = 20.0;
 
 /// Demote what too few requests cannot support, saying so in the evidence.
-fn guard_sample_size(findings: &mut [Finding], requests_finished: f64) {
-    if requests_finished >= MIN_REQUESTS_FOR_CRITICAL {
-        return;
-    }
-    for f in findings
-        .iter_mut()
-        .filter(|f| f.severity == Severity::Critical && f.id != "engine-hung")
-    {
+fn guard_sample_size(findings: &mut [Finding], sig: &Signals) {
+    let requests_finished = sig.requests_finished;
+    // Abandoned requests are counted among those with a first token, not the finished.
+    let sample = |f: &Finding| {
+        if f.id == "abandoned-requests" {
+            sig.ttft_s.count
+        } else {
+            requests_finished
+        }
+    };
+    for f in findings.iter_mut().filter(|f| {
+        f.severity == Severity::Critical
+            && f.id != "engine-hung"
+            && sample(f) < MIN_REQUESTS_FOR_CRITICAL
+    }) {
         f.severity = Severity::Warning;
         f.evidence.push(playbook::Evidence {
             metric: "requests_finished".into(),
@@ -203,7 +210,7 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
             ));
         }
         let mut f = playbook::diagnose(&sig, &opts.thresholds, &ctx);
-        guard_sample_size(&mut f, sig.requests_finished);
+        guard_sample_size(&mut f, &sig);
         guard_drained(&mut f, &sig);
         if sig.engines.len() > 1 {
             let per: Vec<Signals> = sig

@@ -67,7 +67,7 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("replicas are loaded unevenly", &["replica-imbalance"]),
     ("requests fail in the engine", &["errors"]),
     (
-        "clients give up (a consequence: the steps above come first)",
+        "clients give up (usually a consequence of the latency causes above)",
         &["abandoned-requests", "aborts"],
     ),
 ];

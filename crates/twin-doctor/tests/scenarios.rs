@@ -313,3 +313,28 @@ fn prefix_cache_off_with_long_shared_prompts() {
         .iter()
         .any(|r| r.flag.as_deref() == Some("--enable-prefix-caching")));
 }
+
+#[test]
+fn client_timeouts_are_abandoned_requests() {
+    // Answers of 2,000 tokens take longer than the clients' 15 s: every client leaves after
+    // its first token, vLLM aborts the request and records no finish for it.
+    let f = scenario(
+        "timeouts",
+        "--request-rate 20 --input-len 500 --output-len 2000 --request-timeout 15s --num-requests 600",
+    );
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0"]);
+    let a = finding(&d, "abandoned-requests");
+    let n = a
+        .evidence
+        .iter()
+        .find(|e| e.metric == "abandoned_after_first_token")
+        .unwrap()
+        .value;
+    assert!(n >= 500.0, "{}", twin_doctor::render::text(&d));
+    // 600 requests reached a first token: enough for CRITICAL although none finished.
+    assert_eq!(a.severity, twin_doctor::Severity::Critical);
+    assert!(d
+        .plan
+        .iter()
+        .any(|s| s.findings.contains(&"abandoned-requests")));
+}
