@@ -602,10 +602,13 @@ fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findin
             }));
         }
         if running >= 8.0 && !sig.cumulative {
-            recs.extend(ctx.cap_seqs(
-                round8(running * 0.6),
-                &[("tpot_mean_s", Down), ("queue_mean_s", Up)],
+            let to = round8(running * 0.6);
+            e.push(ev(
+                "admission_cap",
+                to as f64,
+                format!("0.6 x mean running {running:.1} over the window, a multiple of 8"),
             ));
+            recs.extend(ctx.cap_seqs(to, &[("tpot_mean_s", Down), ("queue_mean_s", Up)]));
         }
         // The seed's bandwidth-bound decode remedy: several tokens per weight read. n-gram
         // drafting needs no draft model.
