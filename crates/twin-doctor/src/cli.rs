@@ -30,6 +30,8 @@ pub enum UsageError {
     NoSource,
     #[error("give one kind of source: a URL, --prometheus URL, or files")]
     MixedSources,
+    #[error("{flag} {value}: must be a number of milliseconds > 0")]
+    BadSlo { flag: &'static str, value: f64 },
     #[error("--interval {interval_s}s is longer than --window {window_s}s")]
     IntervalOverWindow { interval_s: f64, window_s: f64 },
 }
@@ -114,6 +116,12 @@ struct Cli {
     /// TPOT SLO (mean).
     #[arg(long, default_value = "50ms", value_parser = duration_s("--tpot-slo"))]
     tpot_slo: f64,
+    /// --verify's goodput SLO on TTFT, in ms (as `simulate` spells it; default --ttft-slo).
+    #[arg(long, value_name = "MS")]
+    slo_ttft_ms: Option<f64>,
+    /// --verify's goodput SLO on TPOT, in ms (default --tpot-slo).
+    #[arg(long, value_name = "MS")]
+    slo_tpot_ms: Option<f64>,
     /// Print the diagnosis as JSON (schema in docs/doctor.md).
     #[arg(long, conflicts_with = "markdown")]
     json: bool,
@@ -222,6 +230,16 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
     a.opts.thresholds.itl_p99_s = cli.itl_slo;
     a.opts.thresholds.tpot_mean_s = cli.tpot_slo;
     a.opts.verify = cli.verify;
+    for (flag, v) in [
+        ("--slo-ttft-ms", cli.slo_ttft_ms),
+        ("--slo-tpot-ms", cli.slo_tpot_ms),
+    ] {
+        if let Some(value) = v.filter(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(UsageError::BadSlo { flag, value }.into());
+        }
+    }
+    a.opts.hints.slo_ttft_s = cli.slo_ttft_ms.map(|ms| ms / 1e3);
+    a.opts.hints.slo_tpot_s = cli.slo_tpot_ms.map(|ms| ms / 1e3);
     a.opts.hints.num_requests = cli.verify_requests;
     for p in cli.sources {
         if p.starts_with("http://") || p.starts_with("https://") {
@@ -353,11 +371,15 @@ pub fn doctor_main(argv: &[String]) -> Result<ExitCode, DoctorError> {
         } else {
             render::text(&d)
         };
-        if a.watch && !a.json {
-            println!("==== refresh {round} ====");
+        let head = if a.watch && !a.json {
+            format!("==== refresh {round} ====\n")
+        } else {
+            String::new()
+        };
+        // `doctor … | head`: a reader that left ends the run quietly with its verdict.
+        if !emit(&format!("{head}{body}\n")) {
+            return Ok(ExitCode::from(d.exit_code));
         }
-        println!("{body}");
-        let _ = std::io::stdout().flush();
         let done = !a.watch || a.watch_count.is_some_and(|n| round >= n);
         if done {
             return Ok(ExitCode::from(d.exit_code));
@@ -369,6 +391,15 @@ pub fn doctor_main(argv: &[String]) -> Result<ExitCode, DoctorError> {
             ));
         }
     }
+}
+
+/// Write to stdout; `false` when it is closed (a broken pipe) or otherwise unwritable,
+/// where `println!` would panic.
+fn emit(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
 }
 
 #[cfg(test)]
@@ -400,6 +431,13 @@ mod tests {
         assert!(matches!(
             e(&["http://a/metrics", "--window", "5s", "--interval", "10s"]),
             DoctorError::Usage(UsageError::IntervalOverWindow { .. })
+        ));
+        assert!(matches!(
+            e(&["f.prom", "--slo-ttft-ms", "0"]),
+            DoctorError::Usage(UsageError::BadSlo {
+                flag: "--slo-ttft-ms",
+                ..
+            })
         ));
         let bad = e(&["--window", "x", "f.prom"]);
         assert!(matches!(bad, DoctorError::Usage(UsageError::Flags(_))));

@@ -73,8 +73,9 @@ pub enum HttpError {
     Timeout {
         url: String,
         timeout_s: f64,
+        /// `None` when the whole-read deadline passed between reads of a body.
         #[source]
-        source: reqwest::Error,
+        source: Option<reqwest::Error>,
     },
     #[error("{url}: request failed")]
     Request {
@@ -306,6 +307,9 @@ impl HttpClient {
             (Auth::Bearer(token), None) => req.bearer_auth(token),
             (Auth::None, None) => req,
         };
+        // --timeout bounds the whole fetch: a server dripping its body a byte at a time
+        // passes every per-read timeout, so the deadline is checked between reads too.
+        let started = std::time::Instant::now();
         let resp = req
             .send()
             .map_err(|e| self.classify(shown.clone(), e.without_url()))?;
@@ -321,12 +325,28 @@ impl HttpClient {
             return Err(too_big());
         }
         let mut body = Vec::new();
-        resp.take(self.max_body_bytes as u64 + 1)
-            .read_to_end(&mut body)
-            .map_err(|source| HttpError::Body {
-                url: shown.clone(),
-                source,
-            })?;
+        let mut reader = resp.take(self.max_body_bytes as u64 + 1);
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            if started.elapsed() > self.timeout {
+                return Err(HttpError::Timeout {
+                    url: shown,
+                    timeout_s: self.timeout.as_secs_f64(),
+                    source: None,
+                });
+            }
+            match reader.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => body.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(HttpError::Body {
+                        url: shown.clone(),
+                        source,
+                    })
+                }
+            }
+        }
         if body.len() > self.max_body_bytes {
             return Err(too_big());
         }
@@ -348,7 +368,7 @@ impl HttpClient {
             return HttpError::Timeout {
                 url,
                 timeout_s: self.timeout.as_secs_f64(),
-                source,
+                source: Some(source),
             };
         }
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);

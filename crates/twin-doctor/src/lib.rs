@@ -13,7 +13,9 @@
 pub mod bottleneck;
 pub mod cli;
 pub mod http;
+pub mod inference;
 pub mod panels;
+pub mod plan;
 pub mod playbook;
 pub mod recommend;
 pub mod render;
@@ -81,6 +83,8 @@ pub struct Diagnosis {
     pub exit_code: u8,
     pub version: version::VersionInfo,
     pub server: sources::ServerInfo,
+    /// The findings merged by root cause, in the order to act (see [`plan`]).
+    pub plan: Vec<plan::PlanStep>,
     pub findings: Vec<Finding>,
     pub bottlenecks: Vec<bottleneck::Bottleneck>,
     pub panels: Vec<Signals>,
@@ -98,8 +102,36 @@ pub const SCHEMA: &str = "vllm-twin-doctor/1";
 pub const MIN_REQUESTS_FOR_CRITICAL: f64 = 20.0;
 
 /// Demote what too few requests cannot support, saying so in the evidence.
-fn guard_sample_size(findings: &mut [Finding], requests_finished: f64) {
-    if requests_finished >= MIN_REQUESTS_FOR_CRITICAL {
+fn guard_sample_size(findings: &mut [Finding], sig: &Signals) {
+    let requests_finished = sig.requests_finished;
+    // Abandoned requests are counted among those with a first token, not the finished.
+    let sample = |f: &Finding| {
+        if f.id == "abandoned-requests" {
+            sig.ttft_s.count
+        } else {
+            requests_finished
+        }
+    };
+    for f in findings.iter_mut().filter(|f| {
+        f.severity == Severity::Critical
+            && f.id != "engine-hung"
+            && sample(f) < MIN_REQUESTS_FOR_CRITICAL
+    }) {
+        f.severity = Severity::Warning;
+        f.evidence.push(playbook::Evidence {
+            metric: "requests_finished".into(),
+            value: requests_finished,
+            threshold: format!(
+                ">= {MIN_REQUESTS_FOR_CRITICAL} for CRITICAL (too few requests to be sure: WARNING)"
+            ),
+        });
+    }
+}
+
+/// A drained window (running and waiting 0 at its end, nothing finishing) that never saw
+/// the server busy shows the aftermath of load, not the load: no CRITICAL either.
+fn guard_drained(findings: &mut [Finding], sig: &Signals) {
+    if !sig.load_unseen {
         return;
     }
     for f in findings
@@ -108,11 +140,9 @@ fn guard_sample_size(findings: &mut [Finding], requests_finished: f64) {
     {
         f.severity = Severity::Warning;
         f.evidence.push(playbook::Evidence {
-            metric: "requests_finished".into(),
-            value: requests_finished,
-            threshold: format!(
-                ">= {MIN_REQUESTS_FOR_CRITICAL} for CRITICAL (too few requests to be sure: WARNING)"
-            ),
+            metric: "running_last + waiting_last".into(),
+            value: 0.0,
+            threshold: "> 0 for CRITICAL (a drained server: WARNING)".into(),
         });
     }
 }
@@ -141,10 +171,6 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
     if known.max_model_len.is_none() {
         known.max_model_len = obs.server.max_model_len;
     }
-    let ctx = recommend::Ctx {
-        version: &version,
-        known: &known,
-    };
     let dcgm = bottleneck::Dcgm::from_snapshots(&obs.dcgm);
     let mut hints = opts.hints.clone();
     if hints.gpu.is_none() {
@@ -153,6 +179,19 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
             .and_then(|d| d.gpu_model.as_deref())
             .and_then(gpu_from_dcgm);
     }
+    // Batch-1 step times need the model and the GPU; neither is guessed here.
+    let served = first.model_names().into_iter().next();
+    let step = hints
+        .model
+        .clone()
+        .or(served)
+        .zip(hints.gpu.clone())
+        .and_then(|(m, g)| inference::StepModel::new(&m, &g));
+    let ctx = recommend::Ctx {
+        version: &version,
+        known: &known,
+        step: step.as_ref(),
+    };
     if hints.num_requests == 0 {
         hints.num_requests = 2000;
     }
@@ -160,31 +199,27 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
     let mut bottlenecks = Vec::new();
     let mut panels = Vec::new();
     let mut verifies = Vec::new();
-    for inst in &obs.instances {
-        let sig = panels::compute(&inst.name, &inst.snapshots, &panels::Selector::default());
+    for (name, inst, sel) in units(obs) {
+        let sig = panels::compute(&name, &inst.snapshots, &sel);
         if sig.counter_resets > 0 {
-            notes.push(format!("{}: {} counter reset(s) in the window (a restart?); increases count from each reset", inst.name, sig.counter_resets));
+            notes.push(format!("{name}: {} counter reset(s) in the window (a restart?); increases count from each reset", sig.counter_resets));
         }
         if sig.cumulative {
             notes.push(format!(
-                "{}: one scrape only: values are averages since the server started, no rates",
-                inst.name
+                "{name}: one scrape only: values are averages since the server started, no rates"
             ));
         }
         let mut f = playbook::diagnose(&sig, &opts.thresholds, &ctx);
-        guard_sample_size(&mut f, sig.requests_finished);
+        guard_sample_size(&mut f, &sig);
+        guard_drained(&mut f, &sig);
         if sig.engines.len() > 1 {
             let per: Vec<Signals> = sig
                 .engines
                 .iter()
                 .map(|e| {
-                    panels::compute(
-                        &inst.name,
-                        &inst.snapshots,
-                        &panels::Selector {
-                            labels: vec![("engine".into(), e.clone())],
-                        },
-                    )
+                    let mut labels = sel.labels.clone();
+                    labels.push(("engine".into(), e.clone()));
+                    panels::compute(&name, &inst.snapshots, &panels::Selector { labels })
                 })
                 .collect();
             f.extend(playbook::imbalance(&per, "engine"));
@@ -201,16 +236,32 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
                 &hints,
             ) {
                 Ok(v) => verifies.push(v),
-                Err(e) => notes.push(format!("{}: {}", inst.name, error_chain(&e))),
+                Err(e) => notes.push(format!("{name}: {}", error_chain(&e))),
             }
         }
         findings.extend(f);
         panels.push(sig);
     }
-    if panels.len() > 1 {
-        findings.extend(playbook::imbalance(&panels, "instance"));
+    // Replicas are compared model by model: two models' loads say nothing of balance.
+    let mut models: Vec<Option<&String>> = Vec::new();
+    for m in panels.iter().map(|p| p.model_names.first()) {
+        if !models.contains(&m) {
+            models.push(m);
+        }
     }
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    for m in models {
+        let group: Vec<Signals> = panels
+            .iter()
+            .filter(|p| p.model_names.first() == m)
+            .cloned()
+            .collect();
+        if group.len() > 1 {
+            findings.extend(playbook::imbalance(&group, "instance"));
+        }
+    }
+    // Root cause first, then severity: the plan's order.
+    findings.sort_by_key(|f| (plan::rank(f.id), std::cmp::Reverse(f.severity)));
+    let plan = plan::build(&findings);
     let worst = findings.iter().map(|f| f.severity).max();
     Diagnosis {
         schema: SCHEMA,
@@ -224,6 +275,7 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
         exit_code: exit_code(worst),
         version,
         server: obs.server.clone(),
+        plan,
         findings,
         bottlenecks,
         panels,
@@ -232,6 +284,37 @@ pub fn analyze(obs: &Observation, opts: &Options) -> Diagnosis {
         thresholds: opts.thresholds.clone(),
         notes,
     }
+}
+
+/// What to diagnose apart: each instance, and inside one that serves several models
+/// (different `model_name` labels), each model, so that no rule ever sums two models'
+/// queues. The name is `instance` or `instance/model`.
+fn units(obs: &Observation) -> Vec<(String, &Instance, panels::Selector)> {
+    let mut out = Vec::new();
+    for inst in &obs.instances {
+        let mut models: Vec<String> = Vec::new();
+        for s in &inst.snapshots {
+            for m in s.scrape.model_names() {
+                if !models.contains(&m) {
+                    models.push(m);
+                }
+            }
+        }
+        if models.len() > 1 {
+            for m in models {
+                out.push((
+                    format!("{}/{m}", inst.name),
+                    inst,
+                    panels::Selector {
+                        labels: vec![("model_name".into(), m)],
+                    },
+                ));
+            }
+        } else {
+            out.push((inst.name.clone(), inst, panels::Selector::default()));
+        }
+    }
+    out
 }
 
 /// `NVIDIA H200` → `h200`, `NVIDIA H100 80GB HBM3` → `h100-sxm`: the twin's catalog names.

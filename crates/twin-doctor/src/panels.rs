@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use twin_metrics::counters::CounterTracker;
+use std::collections::HashMap;
+
+use twin_metrics::counters::{counter_increase, CounterTracker};
 use twin_metrics::parser::Scrape;
 
 use crate::sources::Snapshot;
@@ -114,6 +116,27 @@ pub struct Signals {
     pub gen_len_p90: Option<f64>,
     /// Longest span (s) with requests running and no generated token.
     pub stalled_s: f64,
+    /// Prompt tokens of the requests that finished (`request_prompt_tokens` sum), against
+    /// `prompt_tokens` of every request that reached its first token.
+    pub finished_prompt_tokens: Option<f64>,
+    /// Generated tokens per step that produced output (`generation_tokens` over
+    /// `iteration_tokens_total` count): the mean decode batch, readable from one scrape.
+    pub decode_batch_mean: Option<f64>,
+    /// Longest span (s) of consecutive scrapes with KV usage > 0.65, and with more than 3
+    /// requests waiting: the seed's autoscaling triggers, which must hold 15-30 s.
+    pub kv_high_sustained_s: f64,
+    pub waiting_high_sustained_s: f64,
+    /// Cumulative `(le, count)` of TTFT and E2E in the window (for the abandoned requests).
+    #[serde(skip)]
+    pub ttft_hist: Vec<(f64, f64)>,
+    #[serde(skip)]
+    pub e2e_hist: Vec<(f64, f64)>,
+    /// The window ends on an idle server: running and waiting 0 at the last scrape and
+    /// nothing finished since the one before (one scrape: running and waiting 0).
+    pub drained: bool,
+    /// Drained, and no scrape of the window saw a request running or waiting (one scrape
+    /// counts as unseen): the numbers are the aftermath of load this window never showed.
+    pub load_unseen: bool,
     /// `vllm:cache_config_info` labels.
     pub cache_config: BTreeMap<String, String>,
     pub model_names: Vec<String>,
@@ -220,34 +243,95 @@ impl<'a> Window<'a> {
     fn present(&self, name: &str) -> bool {
         self.snaps.iter().any(|s| !s.scrape.series(name).is_empty())
     }
-    /// Cumulative `(le, increase)` buckets, count and sum of a histogram.
+    /// Cumulative `(le, increase)` buckets, count and sum of a histogram. One pass over
+    /// each scrape's bucket series (a histogram may have hundreds of thousands of buckets,
+    /// so nothing here looks a bucket up by its `le`): each series' readings in scrape
+    /// order, `increase()` of each (a drop is a reset), summed by `le`.
     fn hist(&self, family: &str) -> Option<HistWindow> {
         let bucket = format!("{family}_bucket");
-        let mut les: Vec<(f64, String)> = Vec::new();
-        for s in self.snaps.iter().rev().take(1) {
+        let count = self.inc(&format!("{family}_count"), &[]);
+        let sum = self.inc(&format!("{family}_sum"), &[]);
+        let window = if self.cumulative() {
+            &self.snaps[self.snaps.len() - 1..]
+        } else {
+            self.snaps
+        };
+        // le text -> its value and the readings of each series (other labels) under it.
+        type Readings = HashMap<String, Vec<(f64, bool)>>;
+        let mut by_le: HashMap<String, (f64, Readings)> = HashMap::new();
+        let last = window.len() - 1;
+        // A restart shows as a new `_created` of the histogram's series: the reading after
+        // it is all increase even when it climbed past the old value between scrapes.
+        let created_name = format!("{family}_created");
+        let mut restarted: Vec<std::collections::HashSet<String>> =
+            vec![Default::default(); window.len()];
+        let mut created_before: HashMap<String, f64> = HashMap::new();
+        for (i, s) in window.iter().enumerate() {
+            for x in s.scrape.series(&created_name) {
+                if !x.matches(&self.sel) {
+                    continue;
+                }
+                let id = series_id(x);
+                if created_before
+                    .insert(id.clone(), x.value)
+                    .is_some_and(|c| c != x.value)
+                {
+                    restarted[i].insert(id);
+                }
+            }
+        }
+        for (i, s) in window.iter().enumerate() {
             for x in s.scrape.series(&bucket) {
                 if !x.matches(&self.sel) {
                     continue;
                 }
-                if let Some(le) = x.label("le") {
-                    if let Some(v) = twin_metrics::parser::parse_value(le) {
-                        if !les.iter().any(|(_, l)| l == le) {
-                            les.push((v, le.to_string()));
+                let Some(le) = x.label("le") else { continue };
+                let entry = match by_le.get_mut(le) {
+                    Some(e) => {
+                        if i == last && e.0.is_nan() {
+                            e.0 = twin_metrics::parser::parse_value(le).unwrap_or(f64::NAN);
                         }
+                        e
                     }
-                }
+                    // Only edges of the last scrape count (as Prometheus' last sample).
+                    None if i == last => {
+                        let Some(v) = twin_metrics::parser::parse_value(le) else {
+                            continue;
+                        };
+                        by_le.entry(le.to_string()).or_insert((v, HashMap::new()))
+                    }
+                    None => {
+                        by_le.insert(le.to_string(), (f64::NAN, HashMap::new()));
+                        by_le.get_mut(le).expect("just inserted")
+                    }
+                };
+                let id = series_id(x);
+                let reset = restarted[i].contains(&id);
+                entry.1.entry(id).or_default().push((x.value, reset));
             }
         }
-        let count = self.inc(&format!("{family}_count"), &[]);
-        let sum = self.inc(&format!("{family}_sum"), &[]);
-        if les.is_empty() && !self.present(&format!("{family}_count")) {
+        // Edges seen before the last scrape but not in it: the last one has no such edge.
+        by_le.retain(|_, (v, _)| !v.is_nan());
+        if by_le.is_empty() && !self.present(&format!("{family}_count")) {
             return None;
         }
-        les.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let buckets = les
-            .iter()
-            .map(|(v, l)| (*v, self.inc(&bucket, &[("le", l.as_str())])))
+        let mut buckets: Vec<(f64, f64)> = by_le
+            .into_values()
+            .map(|(le, series)| {
+                let inc = series
+                    .values()
+                    .map(|r| {
+                        if r.len() == 1 && self.cumulative() {
+                            r[0].0
+                        } else {
+                            increase_with_restarts(r)
+                        }
+                    })
+                    .sum();
+                (le, inc)
+            })
             .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
         Some((buckets, count, sum))
     }
     fn quantiles(&self, family: &str) -> (Quantiles, Vec<(f64, f64)>) {
@@ -297,6 +381,30 @@ impl<'a> Window<'a> {
     }
 }
 
+/// A series' identity apart from `le` (its labels in order).
+fn series_id(x: &twin_metrics::parser::Sample) -> String {
+    x.labels
+        .iter()
+        .filter(|(k, _)| k != "le")
+        .flat_map(|(k, v)| [k.as_str(), "=", v.as_str(), ","])
+        .collect()
+}
+
+/// `increase()` over readings, each flagged when a restart (a new `_created`) preceded it.
+fn increase_with_restarts(r: &[(f64, bool)]) -> f64 {
+    let mut total = 0.0;
+    let mut start = 0;
+    for (i, (_, reset)) in r.iter().enumerate().skip(1) {
+        if *reset {
+            let part: Vec<f64> = r[start..i].iter().map(|x| x.0).collect();
+            total += counter_increase(&part) + r[i].0.max(0.0);
+            start = i;
+        }
+    }
+    let part: Vec<f64> = r[start..].iter().map(|x| x.0).collect();
+    total + counter_increase(&part)
+}
+
 fn non_cumulative(b: &[(f64, f64)]) -> Vec<(f64, f64)> {
     let mut prev = 0.0;
     b.iter()
@@ -341,7 +449,10 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
 
     let last = w.last();
     sig.engines = last.engines();
-    sig.model_names = last.model_names();
+    sig.model_names = match sel.labels.iter().find(|(k, _)| k == "model_name") {
+        Some((_, m)) => vec![m.clone()],
+        None => last.model_names(),
+    };
     if let Some(info) = last.series("vllm:cache_config_info").first() {
         sig.cache_config = info
             .labels
@@ -351,10 +462,10 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
             .collect();
     }
 
-    sig.ttft_s = w.quantiles("vllm:time_to_first_token_seconds").0;
+    (sig.ttft_s, sig.ttft_hist) = w.quantiles("vllm:time_to_first_token_seconds");
     sig.itl_s = w.quantiles("vllm:inter_token_latency_seconds").0;
     sig.tpot_s = w.quantiles("vllm:request_time_per_output_token_seconds").0;
-    sig.e2e_s = w.quantiles("vllm:e2e_request_latency_seconds").0;
+    (sig.e2e_s, sig.e2e_hist) = w.quantiles("vllm:e2e_request_latency_seconds");
     sig.queue_s = w.quantiles("vllm:request_queue_time_seconds").0;
     sig.prefill_s = w.quantiles("vllm:request_prefill_time_seconds").0;
     sig.decode_s = w.quantiles("vllm:request_decode_time_seconds").0;
@@ -441,8 +552,74 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
     sig.prompt_len_hist = non_cumulative(&pb);
     sig.gen_len_hist = non_cumulative(&gb);
 
+    sig.finished_prompt_tokens = (pq.count > 0.0)
+        .then(|| pq.mean.map(|m| m * pq.count))
+        .flatten();
+    let steps_n = sig.tokens_per_step.count;
+    sig.decode_batch_mean =
+        (steps_n > 0.0 && sig.generation_tokens > 0.0).then(|| sig.generation_tokens / steps_n);
+    sig.drained = drained(snaps, &w.sel);
+    let busy = |g: &Option<GaugeStats>| g.as_ref().is_some_and(|g| g.max > 0.0);
+    sig.load_unseen =
+        sig.drained && (sig.cumulative || !(busy(&sig.running) || busy(&sig.waiting)));
+
     sig.stalled_s = stalled_span(snaps, &w.sel);
+    sig.kv_high_sustained_s = sustained_span(snaps, &w.sel, "vllm:kv_cache_usage_perc", true, 0.65);
+    sig.waiting_high_sustained_s =
+        sustained_span(snaps, &w.sel, "vllm:num_requests_waiting", false, 3.0);
     sig
+}
+
+/// Longest span (s) of consecutive scrapes whose gauge (summed over the selected series,
+/// or their mean) is above `line`.
+fn sustained_span(
+    snaps: &[Snapshot],
+    sel: &[(&str, &str)],
+    name: &str,
+    mean: bool,
+    line: f64,
+) -> f64 {
+    let value = |s: &Scrape| {
+        let xs: Vec<f64> = s
+            .series(name)
+            .into_iter()
+            .filter(|x| x.matches(sel) && x.value.is_finite())
+            .map(|x| x.value)
+            .collect();
+        if xs.is_empty() {
+            None
+        } else if mean {
+            Some(xs.iter().sum::<f64>() / xs.len() as f64)
+        } else {
+            Some(xs.iter().sum())
+        }
+    };
+    let mut best: f64 = 0.0;
+    let mut start: Option<f64> = None;
+    for s in snaps {
+        if value(&s.scrape).is_some_and(|v| v > line) {
+            let t0 = *start.get_or_insert(s.t_s);
+            best = best.max(s.t_s - t0);
+        } else {
+            start = None;
+        }
+    }
+    best
+}
+
+/// Whether the window ends on an idle server (see [`Signals::drained`]).
+fn drained(snaps: &[Snapshot], sel: &[(&str, &str)]) -> bool {
+    let Some(last) = snaps.last() else {
+        return false;
+    };
+    let gauge = |s: &Scrape, n: &str| s.sum(n, sel);
+    let idle = gauge(&last.scrape, "vllm:num_requests_running") == Some(0.0)
+        && gauge(&last.scrape, "vllm:num_requests_waiting").unwrap_or(0.0) == 0.0;
+    if !idle || snaps.len() < 2 {
+        return idle;
+    }
+    let finished = |s: &Scrape| s.sum("vllm:request_success_total", sel).unwrap_or(0.0);
+    finished(&last.scrape) == finished(&snaps[snaps.len() - 2].scrape)
 }
 
 /// Longest run of consecutive scrapes with requests running and the generation counter
@@ -470,6 +647,39 @@ fn stalled_span(snaps: &[Snapshot], sel: &[(&str, &str)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_between_scrapes_counts_the_new_life_whole() {
+        // The server restarted (new _created) and served 15 requests since: more than the 10
+        // it had counted before, so no value drop shows the reset.
+        let scrape = |n: u32, created: f64| {
+            let text = format!(
+                "# TYPE vllm:e2e_request_latency_seconds histogram\n\
+                 vllm:e2e_request_latency_seconds_bucket{{le=\"1.0\"}} {n}\n\
+                 vllm:e2e_request_latency_seconds_bucket{{le=\"+Inf\"}} {n}\n\
+                 vllm:e2e_request_latency_seconds_count {n}\n\
+                 vllm:e2e_request_latency_seconds_sum {n}\n\
+                 vllm:e2e_request_latency_seconds_created {created}\n"
+            );
+            twin_metrics::parser::parse(&text).unwrap()
+        };
+        let snaps = [
+            Snapshot {
+                t_s: 0.0,
+                scrape: scrape(10, 100.0),
+            },
+            Snapshot {
+                t_s: 15.0,
+                scrape: scrape(10, 100.0),
+            },
+            Snapshot {
+                t_s: 30.0,
+                scrape: scrape(15, 200.0),
+            },
+        ];
+        let sig = compute("x", &snaps, &Selector::default());
+        assert_eq!(sig.e2e_hist, vec![(1.0, 15.0), (f64::INFINITY, 15.0)]);
+    }
 
     #[test]
     fn quantile_matches_prometheus() {

@@ -62,6 +62,9 @@ pub struct Finding {
     /// Whether the twin reproduced the symptom on the fitted workload (`--verify`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reproduced: Option<bool>,
+    /// What the finding could not see (one scrape, a drained server, a missing family):
+    /// the limits of its evidence, said next to it.
+    pub could_not_see: Vec<String>,
 }
 
 /// Where "high" starts. Defaults are interactive-chat SLOs; `--ttft-slo`, `--itl-slo`
@@ -150,7 +153,32 @@ fn finding(
         recommendations,
         rejected: Vec::new(),
         reproduced: None,
+        could_not_see: blind_spots(sig),
     }
+}
+
+/// The limits every finding of this instance shares.
+pub fn blind_spots(sig: &Signals) -> Vec<String> {
+    let mut out = Vec::new();
+    if sig.cumulative {
+        out.push("one scrape: averages since the server started, no rates, no trend".into());
+    }
+    if sig.load_unseen {
+        out.push(
+            "the server under load: it is idle in this window (running and waiting 0), so the load behind these numbers is over and what ran then is not visible".into(),
+        );
+    } else if sig.drained {
+        out.push(
+            "the end of the window: the server drained, so these findings rest on its busy part"
+                .into(),
+        );
+    }
+    if sig.ttft_s.approximate || sig.tokens_per_step.approximate {
+        out.push(
+            "truncated histograms (no +Inf bucket): quantiles are approximate lower bounds".into(),
+        );
+    }
+    out
 }
 
 fn sev_over(value: f64, limit: f64) -> Severity {
@@ -263,13 +291,13 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
             && running.max >= 1.0
             && waiting >= 1.0
             && kv_mean < th.kv_low
+            && !sig.cumulative
             // "Memory and compute are free": a plateau with slow steps is compute
             // saturation (steps full of prefill), not a cap.
             && sig.tpot_s.mean.or(sig.itl_s.p50).is_none_or(|t| t <= th.tpot_mean_s)
         {
             let pinned = running.max;
-            let room = if kv_mean > 0.0 { 0.8 / kv_mean } else { 8.0 };
-            let to = round8((pinned * room.clamp(2.0, 8.0)).max(pinned * 2.0));
+            let (to, how) = raise_to(sig, pinned, kv_mean);
             e.push(ev(
                 "running_share_at_max",
                 running.share_at_max,
@@ -282,14 +310,43 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
                 sig.tpot_s.mean.unwrap_or(0.0),
                 format!("<= {} (compute has headroom)", th.tpot_mean_s),
             ));
+            e.push(ev("raise_to", to as f64, how));
             out.push(finding(FindingHead { id: "ttft-queue-pseudo-saturation", scenario: "1", title: &format!("TTFT high: pseudo-saturation, running pinned at {pinned:.0} with KV mostly free"), severity: sev, confidence: conf }, sig, e, "num_requests_running is a flat line at a cap while KV usage is low and requests wait: --max-num-seqs (or --max-num-active-seqs) is set too conservatively and keeps requests out although memory and compute are free.", ctx.raise_seqs(pinned, to)));
         } else if let Some(f) = token_budget_finding(sig, ctx, &e, sev, conf) {
             // A small budget also shows up as queueing: prefill chunks use the whole
             // budget, so new requests are not even scheduled.
             out.push(f);
+        } else if let Some(f) = small_batch_cap(sig, th, ctx, &e, sev, conf) {
+            out.push(f);
         } else {
             let ex = [("queue_mean_s", Down), ("ttft_p95_s", Down)];
-            out.push(finding(FindingHead { id: "ttft-queue-overload", scenario: "1", title: "TTFT high: requests queue because arrivals exceed throughput", severity: sev, confidence: conf }, sig, e, "Queue time dominates TTFT, yet neither the KV pool nor a sequence cap is binding: the engine is busy all the time and arrivals outpace it (compute saturation).", vec![ctx.scale_out(sig, &ex)]));
+            // The negative ("no cap binds") needs running seen under load over a window,
+            // either below any plateau or slow enough to be compute-bound.
+            let seen = !sig.cumulative && running.max > 0.0;
+            let slow = sig
+                .tpot_s
+                .mean
+                .or(sig.itl_s.p50)
+                .is_some_and(|t| t > th.tpot_mean_s);
+            let shown = seen && (slow || running.share_at_max < 0.6);
+            e.push(ev(
+                "running_max",
+                running.max,
+                if seen {
+                    "seen over the window"
+                } else {
+                    "not seen under load"
+                },
+            ));
+            let mut f = if shown {
+                finding(FindingHead { id: "ttft-queue-overload", scenario: "1", title: "TTFT high: requests queue because arrivals exceed throughput", severity: sev, confidence: conf }, sig, e, "Queue time dominates TTFT, yet neither the KV pool nor a sequence cap is binding: the engine is busy all the time and arrivals outpace it (compute saturation).", vec![ctx.scale_out(sig, &ex)])
+            } else {
+                finding(FindingHead { id: "ttft-queue-overload", scenario: "1", title: "TTFT high: requests queued (whether a cap or the load caused it is not visible here)", severity: sev, confidence: conf.min(Confidence::Medium) }, sig, e, "Queue time dominates TTFT. This window does not show the server under that load (one scrape, or running 0 at its end), so it cannot tell arrivals outpacing the engine from a cap (--max-num-seqs, --max-num-batched-tokens) holding requests back: scrape while it is busy, or pass --serve-args.", vec![ctx.scale_out(sig, &ex)])
+            };
+            if !shown {
+                f.could_not_see.push("whether a sequence cap or the KV pool bound while requests queued: running was not seen under load".into());
+            }
+            out.push(f);
         }
         return;
     }
@@ -349,6 +406,104 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
     }
 }
 
+/// Where to raise a pinned running cap: the seed's `0.8 / KV usage` times it, 2-8x (a
+/// multiple of 8), and never past what the KV pool holds (see [`admission_cap`]), so the
+/// raise cannot trade the queue for preemptions. A bigger jump at once would also stretch
+/// each step (ITL) further than the twin can vouch for.
+fn raise_to(sig: &Signals, pinned: f64, kv_mean: f64) -> (u64, String) {
+    let room = if kv_mean > 0.0 { 0.8 / kv_mean } else { 8.0 };
+    let factor = room.clamp(2.0, 8.0);
+    let to = round8(pinned * factor);
+    if let Cap::Derived { to: pool, how } = admission_cap(sig) {
+        if pool < to && pool as f64 > pinned {
+            return (pool, format!("what the KV pool holds: {how}"));
+        }
+    }
+    (
+        to,
+        format!("{factor:.1} x the cap {pinned:.0} (0.8 / KV usage {kv_mean:.2}, 2-8x)"),
+    )
+}
+
+/// One scrape (or a drained server) shows no running plateau, but the steps do: mean
+/// generated tokens per step is the decode batch. Requests queuing behind a small batch
+/// while the pool has room and each step is about as fast as at batch 1 means something
+/// caps admission (`--max-num-seqs`), not that the engine is full.
+fn small_batch_cap(
+    sig: &Signals,
+    th: &Thresholds,
+    ctx: &Ctx,
+    base: &[Evidence],
+    sev: Severity,
+    conf: Confidence,
+) -> Option<Finding> {
+    let batch = sig.decode_batch_mean?;
+    if batch > 32.0 || sig.queue_share.is_none_or(|q| q < 0.5) {
+        return None;
+    }
+    let per_req = sig.mean_input_len.unwrap_or(0.0) + sig.mean_output_len.unwrap_or(0.0);
+    let block = sig.cache_u64("block_size").unwrap_or(16) as f64;
+    // KV the batch needs, from the pool's size: a drained server's gauge reads 0.
+    let kv = match sig.cache_u64("num_gpu_blocks") {
+        Some(b) if per_req > 0.0 => (batch * per_req / (b as f64 * block)).min(1.0),
+        _ if !sig.load_unseen => sig.kv_usage.as_ref()?.mean,
+        _ => return None,
+    };
+    if kv >= th.kv_low {
+        return None;
+    }
+    let itl50 = sig.itl_s.p50?;
+    let mut e = base.to_vec();
+    e.push(ev(
+        "decode_batch_mean",
+        batch,
+        format!(
+            "<= 32 (generation_tokens {:.0} / steps {:.0})",
+            sig.generation_tokens, sig.tokens_per_step.count
+        ),
+    ));
+    e.push(ev("kv_usage_at_that_batch", kv, format!("< {}", th.kv_low)));
+    match ctx.step {
+        Some(sm) => {
+            let ctx_len =
+                sig.mean_input_len.unwrap_or(0.0) + sig.mean_output_len.unwrap_or(0.0) / 2.0;
+            let b1 = sm.batch1_step_s(ctx_len);
+            if itl50 > 1.5 * b1 {
+                return None;
+            }
+            e.push(ev(
+                "itl_p50_s",
+                itl50,
+                format!(
+                    "<= 1.5 x batch-1 step {:.1} ms ({} on {}, twin-cost)",
+                    b1 * 1e3,
+                    sm.model,
+                    sm.gpu
+                ),
+            ));
+        }
+        None => {
+            if itl50 > th.tpot_mean_s {
+                return None;
+            }
+            e.push(ev(
+                "itl_p50_s",
+                itl50,
+                format!("<= {} (compute has headroom)", th.tpot_mean_s),
+            ));
+        }
+    }
+    let pinned = batch.round().max(1.0);
+    let (to, how) = raise_to(sig, pinned, kv);
+    e.push(ev("raise_to", to as f64, how));
+    let mut f = finding(FindingHead { id: "ttft-queue-pseudo-saturation", scenario: "1", title: &format!("TTFT high: requests queue behind a batch of about {pinned:.0} (inferred cap)"), severity: sev, confidence: conf.min(Confidence::Medium) }, sig, e, "Queue time dominates TTFT while each step carries only a small decode batch, the KV pool has room and steps are about as fast as at batch 1: a cap on running requests (--max-num-seqs or --max-num-active-seqs) keeps requests waiting although memory and compute are free. The cap is inferred from tokens per step, not read: pass --serve-args to confirm.", ctx.raise_seqs(pinned, to));
+    f.could_not_see.push(
+        "the configured --max-num-seqs: the running cap is inferred from generated tokens per step"
+            .into(),
+    );
+    Some(f)
+}
+
 fn token_budget_finding(
     sig: &Signals,
     ctx: &Ctx,
@@ -357,14 +512,13 @@ fn token_budget_finding(
     conf: Confidence,
 ) -> Option<Finding> {
     let cap = budget_bound(sig, ctx)?;
+    let how = if ctx.known.num("--max-num-batched-tokens").is_some() {
+        "from the configuration"
+    } else {
+        "inferred from the iteration_tokens_total buckets (V0)"
+    };
     Some(token_budget_finding_for(
-        sig,
-        ctx,
-        base,
-        sev,
-        conf,
-        cap,
-        "from the configuration",
+        sig, ctx, base, sev, conf, cap, how,
     ))
 }
 
@@ -390,18 +544,32 @@ pub fn token_budget_finding_for(
         cap,
         format!("< mean prompt {mean_in:.0} ({how})"),
     ));
-    if share > 0.0 && how == "from the configuration" {
+    if share > 0.0 && how.contains("iteration_tokens") {
         e.push(ev("share_of_steps_in_top_bucket", share, ""));
     }
     e.push(ev("mean_input_len", mean_in, ""));
-    finding(FindingHead { id: "ttft-prefill-token-budget", scenario: "1", title: "TTFT high: prefill split into many steps by a small token budget", severity: sev, confidence: conf }, sig, e, "Steps never carry more tokens than a cap smaller than the prompts: --max-num-batched-tokens forces each prompt through many chunks, stretching prefill and holding new requests back.", ctx.flag(
+    let read = ctx.known.num("--max-num-batched-tokens").is_some();
+    let recs = ctx
+        .flag(
             "--max-num-batched-tokens",
             Some(format!("{from:.0}")),
             to.to_string(),
-            &[("ttft_p95_s", Down), ("prefill_mean_s", Down), ("itl_p99_s", Up)],
+            &[
+                ("ttft_p95_s", Down),
+                ("prefill_mean_s", Down),
+                ("itl_p99_s", Up),
+            ],
         )
         .into_iter()
-        .collect())
+        .map(|mut r| {
+            if !read {
+                let c = format!("the current {from:.0} is {how}, not read from the server");
+                r.caveat = Some(r.caveat.map(|x| format!("{x}; {c}")).unwrap_or(c));
+            }
+            r
+        })
+        .collect();
+    finding(FindingHead { id: "ttft-prefill-token-budget", scenario: "1", title: "TTFT high: prefill split into many steps by a small token budget", severity: sev, confidence: conf }, sig, e, "Steps never carry more tokens than a cap smaller than the prompts: --max-num-batched-tokens forces each prompt through many chunks, stretching prefill and holding new requests back.", recs)
 }
 
 fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
@@ -409,10 +577,14 @@ fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findin
     let tpot = sig.tpot_s.mean.or(sig.itl_s.mean).unwrap_or(0.0);
     let itl50 = sig.itl_s.p50.unwrap_or(0.0);
     let conf = confidence(sig, sig.itl_s.count);
-    if tpot > th.tpot_mean_s {
+    // Steps that are mostly prompt tokens make TPOT slow by compute (prefill), not by
+    // reading memory: that is the TTFT/compute findings' business, not bandwidth.
+    let prefill_heavy = sig.prompt_tokens >= 4.0 * sig.generation_tokens
+        && sig.decode_share.is_some_and(|d| d < 0.5);
+    if tpot > th.tpot_mean_s && !prefill_heavy {
         // Branch B: everything is slow, not only the tail.
         let running = sig.running.as_ref().map(|g| g.mean).unwrap_or(0.0);
-        let e = vec![
+        let mut e = vec![
             ev("tpot_mean_s", tpot, format!("> {}", th.tpot_mean_s)),
             ev("itl_p50_s", itl50, ""),
             ev("itl_p99_s", itl99, ""),
@@ -429,14 +601,63 @@ fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findin
                 r
             }));
         }
-        if running >= 8.0 {
-            recs.extend(ctx.cap_seqs(
-                round8(running * 0.6),
-                &[("tpot_mean_s", Down), ("queue_mean_s", Up)],
+        if running >= 8.0 && !sig.cumulative {
+            let to = round8(running * 0.6);
+            e.push(ev(
+                "admission_cap",
+                to as f64,
+                format!("0.6 x mean running {running:.1} over the window, a multiple of 8"),
             ));
+            recs.extend(ctx.cap_seqs(to, &[("tpot_mean_s", Down), ("queue_mean_s", Up)]));
+        }
+        // The seed's bandwidth-bound decode remedy: several tokens per weight read. n-gram
+        // drafting needs no draft model.
+        if ctx.known.get("--speculative-config").is_none() {
+            recs.extend(
+                ctx.flag(
+                    "--speculative-config",
+                    None,
+                    r#"{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}"#.into(),
+                    &ex,
+                )
+                .map(|mut r| {
+                    r.caveat = Some("pays off when outputs repeat the prompt (code, RAG, edits) and at small batches; a draft model or EAGLE head suits other text".into());
+                    r
+                }),
+            );
         }
         recs.push(ctx.scale_out(sig, &ex));
-        out.push(finding(FindingHead { id: "itl-bandwidth-saturation", scenario: "2", title: "Streaming slow overall: decode saturates HBM bandwidth", severity: sev_over(tpot, th.tpot_mean_s), confidence: conf }, sig, e, "TPOT and the ITL median are both high: so many running requests (or such long contexts) share each decode step that reading weights and KV saturates memory bandwidth.", recs));
+        let batch1 = ctx.step.map(|sm| {
+            let c = sig.mean_input_len.unwrap_or(0.0) + sig.mean_output_len.unwrap_or(0.0) / 2.0;
+            (sm, sm.batch1_step_s(c))
+        });
+        let mut blind = Vec::new();
+        let cause = match batch1 {
+            Some((sm, b1)) if itl50 <= 1.5 * b1 => {
+                e.push(ev("batch1_step_s", b1, format!("ITL P50 within 1.5x of batch 1 ({} on {}, twin-cost)", sm.model, sm.gpu)));
+                "TPOT is high although each step runs about as fast as a single request's: the GPU reads the whole model every step and weights, not load, set the pace. Fewer bytes per token (FP8 weights), several tokens per read (speculative decoding) or a faster GPU help; a cap on running requests would not."
+            }
+            _ if running >= 8.0 && !sig.cumulative => "TPOT and the ITL median are both high: so many running requests (or such long contexts) share each decode step that reading weights and KV saturates memory bandwidth.",
+            _ => {
+                blind.push("how many requests ran while TPOT was measured: the window shows few or none running".to_string());
+                "TPOT and the ITL median are both high: each decode step reads more bytes than the GPU moves quickly (weights and KV of long contexts, or a batch that ran before this window; running was not seen high here)."
+            }
+        };
+        let mut f = finding(
+            FindingHead {
+                id: "itl-bandwidth-saturation",
+                scenario: "2",
+                title: "Streaming slow overall: decode saturates HBM bandwidth",
+                severity: sev_over(tpot, th.tpot_mean_s),
+                confidence: conf,
+            },
+            sig,
+            e,
+            cause,
+            recs,
+        );
+        f.could_not_see.extend(blind);
+        out.push(f);
         return;
     }
     if itl99 > th.itl_p99_s && itl99 >= 3.0 * itl50.max(1e-6) {
@@ -452,22 +673,39 @@ fn scenario2_itl(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findin
         ];
         let ex = [("itl_p99_s", Down), ("ttft_p95_s", Up)];
         let mut recs = Vec::new();
+        // V1 (0.9+) observes a request's whole prompt in iteration_tokens_total, so its
+        // top bucket is the longest prompt, not the budget: only V0 shows the budget there.
+        let v0 = ctx.version.has(crate::version::Version(0, 9, 2)) == Some(false);
         let budget = ctx
             .known
             .num("--max-num-batched-tokens")
-            .or_else(|| inferred_token_budget(sig));
+            .or_else(|| inferred_token_budget(sig).filter(|_| v0));
         // Unknown budget: steps above 2048 tokens show it is larger than 2048.
         let top = sig
             .step_tokens_top_bucket
             .map(|x| x.0)
             .filter(|le| le.is_finite());
         if budget.or(top).is_some_and(|b| b > 2048.0) {
-            recs.extend(ctx.flag(
-                "--max-num-batched-tokens",
-                budget.map(|b| format!("{b:.0}")),
-                "2048".into(),
-                &ex,
-            ));
+            let read = ctx.known.num("--max-num-batched-tokens").is_some();
+            recs.extend(
+                ctx.flag(
+                    "--max-num-batched-tokens",
+                    budget.map(|b| format!("{b:.0}")),
+                    "2048".into(),
+                    &ex,
+                )
+                .map(|mut r| {
+                    let c = match (read, budget) {
+                        (true, _) => None,
+                        (false, Some(_)) => Some("the current budget is inferred from the iteration_tokens_total buckets (V0)"),
+                        (false, None) => Some("the current budget is unknown (V1 metrics cannot show it; pass --serve-args); steps carried prompts above 2048 tokens"),
+                    };
+                    if let Some(c) = c {
+                        r.caveat = Some(r.caveat.map(|x| format!("{x}; {c}")).unwrap_or(c.into()));
+                    }
+                    r
+                }),
+            );
         }
         recs.extend(
             ctx.flag(
@@ -511,18 +749,16 @@ fn scenario3_preemption(sig: &Signals, _th: &Thresholds, ctx: &Ctx, out: &mut Ve
     if let Some(r) = sig.preemptions_per_s {
         e.push(ev("preemptions_per_s", r, "> 0"));
     }
-    // How many requests the pool holds at their final length, with 10% slack.
-    let block = sig.cache_u64("block_size").unwrap_or(16) as f64;
-    let blocks = sig.cache_u64("num_gpu_blocks").map(|b| b as f64);
-    let per_req_tokens = sig.mean_input_len.unwrap_or(0.0) + sig.mean_output_len.unwrap_or(0.0);
-    let peak = sig.running.as_ref().map(|g| g.max).unwrap_or(0.0);
-    let fit = match blocks {
-        Some(b) if per_req_tokens > 0.0 => 0.9 * b * block / per_req_tokens,
-        _ => 0.75 * peak,
-    };
-    let to = round8(fit.min((peak - 1.0).max(8.0)).max(8.0) - 7.0).max(8);
     let ex = [("preemptions", ToZero), ("queue_mean_s", Up)];
-    let mut recs: Vec<Recommendation> = ctx.cap_seqs(to, &ex).into_iter().collect();
+    let mut recs: Vec<Recommendation> = Vec::new();
+    let mut blind = Vec::new();
+    match admission_cap(sig) {
+        Cap::Derived { to, how } => {
+            e.push(ev("admission_cap", to as f64, how));
+            recs.extend(ctx.cap_seqs(to, &ex));
+        }
+        Cap::Unknown(why) => blind.push(why),
+    }
     let ex2 = [("preemptions", ToZero), ("kv_usage_mean", Down)];
     recs.extend(ctx.kv_fp8(sig, &ex2));
     recs.extend(ctx.raise_gmu(sig, &ex2));
@@ -531,22 +767,71 @@ fn scenario3_preemption(sig: &Signals, _th: &Thresholds, ctx: &Ctx, out: &mut Ve
         &[("preemptions", Down)],
         "client request limits are outside the engine",
     ));
-    out.push(finding(FindingHead { id: "kv-preemption", scenario: "3", title: "Preemptions: the KV pool is overrun", severity: sev, confidence: if sig.cumulative { Confidence::Medium } else { Confidence::High } }, sig, e, "Running requests grew until the KV-cache block pool ran out, so the scheduler evicted some and will recompute them: throughput drops and latency jitters.", recs));
+    let mut f = finding(FindingHead { id: "kv-preemption", scenario: "3", title: "Preemptions: the KV pool is overrun", severity: sev, confidence: if sig.cumulative { Confidence::Medium } else { Confidence::High } }, sig, e, "Running requests grew until the KV-cache block pool ran out, so the scheduler evicted some and will recompute them: throughput drops and latency jitters.", recs);
+    f.could_not_see.extend(blind);
+    out.push(f);
+}
+
+/// An admission cap and how it was derived, or why none can be.
+pub enum Cap {
+    Derived { to: u64, how: String },
+    Unknown(String),
+}
+
+/// How many requests the KV pool holds at their final length, with 10% slack
+/// (`0.9 x num_gpu_blocks x block_size / (mean prompt + mean output)`), rounded down to a
+/// multiple of 8; without `num_gpu_blocks`, 3/4 of a running peak seen under load over a
+/// window. Never a running peak from one scrape (it is whatever ran at that instant, 0 on a
+/// drained server), and never below 8: a pool that holds fewer is a memory problem, not a
+/// cap to set.
+pub fn admission_cap(sig: &Signals) -> Cap {
+    let block = sig.cache_u64("block_size").unwrap_or(16) as f64;
+    let per_req = sig.mean_input_len.unwrap_or(0.0) + sig.mean_output_len.unwrap_or(0.0);
+    let peak = sig.running.as_ref().map(|g| g.max).unwrap_or(0.0);
+    let (fit, how) = match sig.cache_u64("num_gpu_blocks") {
+        Some(b) if per_req > 0.0 => (
+            0.9 * b as f64 * block / per_req,
+            format!("0.9 x num_gpu_blocks {b} x block_size {block:.0} / mean prompt+output {per_req:.0} tokens (cache_config_info, length histograms)"),
+        ),
+        _ if !sig.cumulative && peak >= 16.0 => (
+            0.75 * peak,
+            format!("0.75 x running peak {peak:.0} over the window (num_gpu_blocks unknown)"),
+        ),
+        _ => {
+            return Cap::Unknown(
+                "an admission cap: needs num_gpu_blocks (cache_config_info) and the length histograms, or a running peak over a window; one scrape's running count is not a peak".into(),
+            )
+        }
+    };
+    let to = ((fit / 8.0).floor() as u64) * 8;
+    if to < 8 {
+        return Cap::Unknown(format!(
+            "a useful admission cap: the pool holds about {fit:.1} requests of the mean length, so the remedy is memory (fp8 KV, more GPU memory, more GPUs), not a cap"
+        ));
+    }
+    Cap::Derived { to, how }
 }
 
 fn scenario4_autoscale(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
     let kv = sig.kv_usage.as_ref().map(|g| g.mean).unwrap_or(0.0);
     let w = sig.waiting.clone().unwrap_or_default();
     let window = sig.window_s.unwrap_or(0.0);
-    // The seed's triggers: KV > 0.65, or waiting > 3 sustained 15-30 s.
-    let kv_fires = kv > 0.65;
-    let wait_fires = w.min > 3.0 && window >= 15.0 || (sig.cumulative && w.last > 3.0);
+    // The seed's triggers: KV > 0.65, or waiting > 3, sustained 15-30 s: the longest run of
+    // consecutive scrapes above the line must span 15 s. One scrape never fires.
+    let kv_fires = sig.kv_high_sustained_s >= 15.0;
+    let wait_fires = sig.waiting_high_sustained_s >= 15.0;
     if !(kv_fires || wait_fires) {
         return;
     }
     let e = vec![
-        ev("kv_usage_mean", kv, "> 0.65"),
-        ev("waiting_min", w.min, "> 3 for 15-30 s"),
+        ev("kv_usage_mean", kv, ""),
+        ev("kv_above_0.65_for_s", sig.kv_high_sustained_s, ">= 15 s"),
+        ev("waiting_min", w.min, ""),
+        ev(
+            "waiting_above_3_for_s",
+            sig.waiting_high_sustained_s,
+            ">= 15 s",
+        ),
         ev("window_s", window, ""),
     ];
     let _ = th;
@@ -607,6 +892,71 @@ fn extras(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {
                 ev("ttft_p95_s", sig.ttft_s.p95.unwrap_or(0.0), ""),
                 ev("e2e_p95_s", sig.e2e_s.p95.unwrap_or(0.0), ""),
             ], "Requests end with finish_reason=abort: clients disconnect or time out, usually because TTFT or E2E latency exceeds their timeout (see the latency findings), or a gateway timeout is too short.", vec![ctx.action("compare client/gateway timeouts with E2E P95; fix the latency findings first", &[], "client behaviour is outside the engine")]));
+    }
+    if let Some(a) = crate::inference::abandoned(sig) {
+        let share = a.count / a.first_tokens.max(1.0);
+        if a.count >= 3.0 && share >= 0.05 {
+            let mut e = vec![
+                ev("first_tokens", a.first_tokens, "time_to_first_token count"),
+                ev("requests_finished", a.finished, "e2e_request_latency count"),
+                ev("running_last", a.running_last, "still in flight"),
+                ev(
+                    "abandoned_after_first_token",
+                    a.count,
+                    "lower bound: first tokens - finished - running at the end",
+                ),
+                ev("abandoned_share", share, ">= 0.05 (critical >= 0.2)"),
+            ];
+            if let Some(u) = a.prompt_tokens_unfinished {
+                e.push(ev(
+                    "prompt_tokens_of_unfinished",
+                    u,
+                    format!(
+                        "prompt_tokens {:.0} - finished requests' {:.0}",
+                        sig.prompt_tokens,
+                        sig.prompt_tokens - u
+                    ),
+                ));
+            }
+            if let Some(p99) = a.ttft_p99_all_s {
+                e.push(ev(
+                    "ttft_p99_s",
+                    p99,
+                    "over every request with a first token",
+                ));
+            }
+            if let Some(m) = a.ttft_median_at_least_s {
+                e.push(ev(
+                    "abandoned_ttft_median_s",
+                    m,
+                    "lower bound: half of them waited longer for their first token",
+                ));
+            }
+            let secs = |x: f64| {
+                if x < 1.0 {
+                    format!("{:.0} ms", x * 1e3)
+                } else {
+                    format!("{x:.1} s")
+                }
+            };
+            let when = match (a.ttft_median_at_least_s, a.ttft_p99_all_s) {
+                (Some(m), _) => format!(
+                    " Half of them had waited more than {} for their first token.",
+                    secs(m)
+                ),
+                (None, Some(p)) => format!(" TTFT P99 over all requests was {}.", secs(p)),
+                _ => String::new(),
+            };
+            let mut f = finding(FindingHead { id: "abandoned-requests", scenario: "extra", title: &format!("Clients abandon requests: {:.0} of {:.0} left after their first token", a.count, a.first_tokens), severity: if share >= 0.2 { Severity::Critical } else { Severity::Warning }, confidence: if sig.cumulative { Confidence::Medium } else { Confidence::High } }, sig, e, &format!("More requests reached their first token than finished or still run: clients or gateways gave up (timeouts, disconnects). vLLM 0.34 records no finish for a client disconnect (no finished_reason=abort, no E2E), so only the first-token and prompt-token counters see them.{when} A long TTFT is the usual reason (fix the TTFT findings first); with a short TTFT, a client or gateway timeout shorter than the whole answer."), vec![ctx.action(
+                "compare client and gateway timeouts with TTFT P99; fix queueing/prefill first so first tokens arrive before clients give up",
+                &[("ttft_p95_s", Down)],
+                "client behaviour is outside the engine",
+            )]);
+            f.could_not_see.push(
+                "requests that left before their first token: no vLLM metric counts them".into(),
+            );
+            out.push(f);
+        }
     }
     if let Some(e_share) = sig
         .finish_share("error")
@@ -709,5 +1059,6 @@ pub fn imbalance(parts: &[Signals], what: &str) -> Option<Finding> {
         }],
         rejected: Vec::new(),
         reproduced: None,
+        could_not_see: vec!["per-request routing: which client or session lands where".into()],
     })
 }

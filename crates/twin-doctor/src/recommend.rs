@@ -90,6 +90,8 @@ impl Known {
 pub struct Ctx<'a> {
     pub version: &'a VersionInfo,
     pub known: &'a Known,
+    /// The served model on its GPU (twin-cost), when both are known: batch-1 step times.
+    pub step: Option<&'a crate::inference::StepModel>,
 }
 
 fn expects(list: &[(&'static str, Direction)]) -> Vec<Expect> {
@@ -269,18 +271,27 @@ impl Ctx<'_> {
         sig: &Signals,
         ex: &[(&'static str, Direction)],
     ) -> Option<Recommendation> {
-        let cur = sig.cache_f64("gpu_memory_utilization")?;
         // The seed's advice: up to 0.93 on a dedicated 80 GB card. 0.34's default is
         // already 1.0 with the extensible KV cache, so there is often nothing to raise.
-        if cur >= 0.9 {
+        let cur = sig
+            .cache_f64("gpu_memory_utilization")
+            .or_else(|| self.known.num("--gpu-memory-utilization"));
+        if cur.is_some_and(|c| c >= 0.93) {
             return None;
         }
-        self.flag(
+        let mut r = self.flag(
             "--gpu-memory-utilization",
-            Some(format!("{cur}")),
+            cur.map(|c| format!("{c}")),
             "0.93".into(),
             ex,
-        )
+        )?;
+        if cur.is_none() {
+            r.caveat = Some("the current value is not in the metrics (cache_config_info): only if it is below 0.93 and the GPU serves nothing else".into());
+            // Without the baseline the twin cannot scale the observed pool.
+            r.sim_args.clear();
+            r.not_simulable = Some("the current --gpu-memory-utilization is unknown");
+        }
+        Some(r)
     }
 }
 
@@ -310,6 +321,7 @@ mod tests {
         let c = Ctx {
             version: &old,
             known: &known,
+            step: None,
         };
         let r = c.cap_seqs(64, &[]).unwrap();
         assert_eq!(r.flag.as_deref(), Some("--max-num-seqs"));
@@ -317,6 +329,7 @@ mod tests {
         let c = Ctx {
             version: &new,
             known: &known,
+            step: None,
         };
         assert_eq!(
             c.cap_seqs(64, &[]).unwrap().flag.as_deref(),
@@ -326,6 +339,7 @@ mod tests {
         let c = Ctx {
             version: &unknown,
             known: &known,
+            step: None,
         };
         let r = c.cap_seqs(64, &[]).unwrap();
         assert_eq!(r.flag.as_deref(), Some("--max-num-seqs"));

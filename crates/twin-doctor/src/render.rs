@@ -40,7 +40,7 @@ fn pct(x: Option<f64>) -> String {
 
 fn q(qs: &Quantiles) -> String {
     let approx = if qs.approximate {
-        " (lower bound: truncated histogram)"
+        " (approximate: a lower bound, truncated histogram)"
     } else {
         ""
     };
@@ -115,6 +115,12 @@ fn finding_text(f: &Finding, out: &mut String) {
         };
         let _ = writeln!(out, "    {} = {}{th}", e.metric, value(e.value));
     }
+    if !f.could_not_see.is_empty() {
+        let _ = writeln!(out, "  could not see:");
+        for c in &f.could_not_see {
+            let _ = writeln!(out, "    - {c}");
+        }
+    }
     if let Some(r) = f.reproduced {
         let _ = writeln!(
             out,
@@ -141,6 +147,54 @@ fn finding_text(f: &Finding, out: &mut String) {
             let _ = writeln!(out, "    x {}", rec_line(r));
             for l in verdict_lines(r, "      ") {
                 let _ = writeln!(out, "{l}");
+            }
+        }
+    }
+    out.push('\n');
+}
+
+/// One line of what a recommendation should do and what the twin said of it.
+fn effect(r: &Recommendation) -> String {
+    let mut parts: Vec<String> = r
+        .expect
+        .iter()
+        .map(|e| format!("{} {}", e.metric, e.direction.arrow()))
+        .collect();
+    if let Some(v) = &r.verify {
+        let mut t = format!("twin: {}", v.outcome);
+        if let Some((b, a)) = v.predicted.get("goodput_requests_per_s") {
+            let _ = write!(t, ", goodput {} -> {} req/s", value(*b), value(*a));
+        }
+        parts.push(t);
+    }
+    parts.join("; ")
+}
+
+fn plan_text(d: &Diagnosis, out: &mut String) {
+    if d.plan.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "Plan (do this first):");
+    for s in &d.plan {
+        let _ = writeln!(
+            out,
+            "  {}. [{}] {} ({}; {})",
+            s.order,
+            s.severity.name(),
+            s.cause,
+            s.findings.join(", "),
+            s.instance
+        );
+        if s.actions.is_empty() {
+            let _ = writeln!(
+                out,
+                "     (nothing left to change here: see the steps above)"
+            );
+        }
+        for r in &s.actions {
+            let _ = writeln!(out, "     - {}  [{}]", r.action, effect(r));
+            if let (Some(_), Some(c)) = (r.replicas, &r.caveat) {
+                let _ = writeln!(out, "       {c}");
             }
         }
     }
@@ -194,8 +248,13 @@ fn panels_text(s: &Signals, out: &mut String) {
     let _ = writeln!(out, "  6 prefix hits  {}", pct(s.prefix_hit_rate));
     let _ = writeln!(
         out,
-        "  7 tokens/step  mean {}",
-        num(s.tokens_per_step.mean, 1)
+        "  7 tokens/step  mean {}{}",
+        num(s.tokens_per_step.mean, 1),
+        if s.tokens_per_step.approximate {
+            " (approximate: truncated histogram)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         out,
@@ -226,6 +285,7 @@ pub fn text(d: &Diagnosis) -> String {
     if d.findings.is_empty() {
         let _ = writeln!(out, "No findings: nothing in the playbook fires.\n");
     }
+    plan_text(d, &mut out);
     for f in &d.findings {
         finding_text(f, &mut out);
     }
@@ -284,6 +344,24 @@ pub fn markdown(d: &Diagnosis) -> String {
         d.source,
         d.version.describe()
     );
+    if !d.plan.is_empty() {
+        let _ = writeln!(out, "### Plan (do this first)\n");
+        for s in &d.plan {
+            let _ = writeln!(
+                out,
+                "{}. **{}** {} (`{}`; {})",
+                s.order,
+                s.severity.name(),
+                s.cause,
+                s.findings.join("`, `"),
+                s.instance
+            );
+            for r in &s.actions {
+                let _ = writeln!(out, "   - `{}` — {}", r.action, effect(r));
+            }
+        }
+        out.push('\n');
+    }
     for f in &d.findings {
         let _ = writeln!(out, "### {} {} (`{}`)\n", f.severity.name(), f.title, f.id);
         let _ = writeln!(out, "{}\n", f.cause);
@@ -298,6 +376,9 @@ pub fn markdown(d: &Diagnosis) -> String {
             );
         }
         out.push('\n');
+        if !f.could_not_see.is_empty() {
+            let _ = writeln!(out, "Could not see: {}\n", f.could_not_see.join("; "));
+        }
         if let Some(r) = f.reproduced {
             let _ = writeln!(
                 out,

@@ -6,6 +6,7 @@
 //! only decides what a "scrape" and an "instance" are.
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use twin_metrics::parser::{self, FamilyMeta, Sample, Scrape};
@@ -271,43 +272,58 @@ fn split_instances(snaps: Vec<Snapshot>, default_name: &str) -> Vec<Instance> {
             snapshots: snaps,
         }];
     };
+    // One pass per scrape, samples grouped by their instance (a federation dump may hold
+    // 100,000 of them); samples without the label belong to every instance.
+    let mut index: HashMap<String, usize> = HashMap::new();
     let mut names: Vec<String> = Vec::new();
+    let mut per: Vec<Vec<Snapshot>> = Vec::new();
     for s in &snaps {
+        let mut shared: Vec<Sample> = Vec::new();
+        let mut groups: Vec<Vec<Sample>> = Vec::new();
+        let mut here: HashMap<usize, usize> = HashMap::new();
         for x in &s.scrape.samples {
-            if let Some(v) = x.label(key) {
-                if !names.iter().any(|n| n == v) {
+            let Some(v) = x.label(key) else {
+                shared.push(x.clone());
+                continue;
+            };
+            let i = match index.get(v) {
+                Some(i) => *i,
+                None => {
+                    index.insert(v.to_string(), names.len());
                     names.push(v.to_string());
+                    per.push(Vec::new());
+                    names.len() - 1
                 }
+            };
+            let g = *here.entry(i).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push(x.clone());
+        }
+        let mut by_group: Vec<(usize, usize)> = here.into_iter().collect();
+        by_group.sort_unstable();
+        for (i, g) in by_group {
+            let mut samples = std::mem::take(&mut groups[g]);
+            samples.extend(shared.iter().cloned());
+            let sc = Scrape {
+                samples,
+                meta: s.scrape.meta.clone(),
+                saw_eof: s.scrape.saw_eof,
+            };
+            // A scrape where this instance had no vLLM series (it was down) is left out.
+            if has_vllm(&sc) {
+                per[i].push(Snapshot {
+                    t_s: s.t_s,
+                    scrape: sc,
+                });
             }
         }
     }
     names
         .into_iter()
-        .map(|name| Instance {
-            snapshots: snaps
-                .iter()
-                .filter_map(|s| {
-                    let samples: Vec<Sample> = s
-                        .scrape
-                        .samples
-                        .iter()
-                        .filter(|x| x.label(key).is_none_or(|v| v == name))
-                        .cloned()
-                        .collect();
-                    // A scrape where this instance had no vLLM series (it was down).
-                    let sc = Scrape {
-                        samples,
-                        meta: s.scrape.meta.clone(),
-                        saw_eof: s.scrape.saw_eof,
-                    };
-                    has_vllm(&sc).then_some(Snapshot {
-                        t_s: s.t_s,
-                        scrape: sc,
-                    })
-                })
-                .collect(),
-            name,
-        })
+        .zip(per)
+        .map(|(name, snapshots)| Instance { name, snapshots })
         .collect()
 }
 

@@ -16,7 +16,7 @@ use twin_sim::{Report, ReportBuilder, SimError, Slo};
 
 use crate::panels::Signals;
 use crate::playbook::{budget_bound, Finding, Thresholds};
-use crate::recommend::{Ctx, Direction, Known, Recommendation, Verdict};
+use crate::recommend::{Ctx, Known, Recommendation, Verdict};
 
 /// Metric keys shared by observations and twin reports.
 pub const METRICS: &[(&str, &str)] = &[
@@ -34,6 +34,11 @@ pub const METRICS: &[(&str, &str)] = &[
     ("generation_tokens_per_s", "generation tokens/s"),
     ("prefix_hit_rate", "prefix-cache hit rate"),
     ("length_share", "share finished by length"),
+    (
+        "goodput_requests_per_s",
+        "goodput (requests/s meeting the SLOs)",
+    ),
+    ("requests_per_s", "finished requests/s"),
 ];
 
 pub fn from_report(r: &Report, key: &str) -> Option<f64> {
@@ -51,6 +56,8 @@ pub fn from_report(r: &Report, key: &str) -> Option<f64> {
         "waiting_mean" => r.num_waiting_mean,
         "generation_tokens_per_s" => r.output_tokens_per_s,
         "prefix_hit_rate" => r.prefix_cache_hit_rate,
+        "goodput_requests_per_s" => r.goodput_requests_per_s,
+        "requests_per_s" => r.requests_per_s,
         _ => return None,
     })
 }
@@ -71,6 +78,7 @@ pub fn from_signals(s: &Signals, key: &str) -> Option<f64> {
         "generation_tokens_per_s" => s.generation_tokens_per_s,
         "prefix_hit_rate" => s.prefix_hit_rate,
         "length_share" => s.finish_share("length"),
+        "requests_per_s" => s.requests_per_s,
         _ => None,
     }
 }
@@ -81,6 +89,10 @@ pub struct Hints {
     pub model: Option<String>,
     pub gpu: Option<String>,
     pub num_requests: usize,
+    /// Goodput SLOs (`--slo-ttft-ms`, `--slo-tpot-ms`, as `simulate` spells them); unset,
+    /// the TTFT P95 and mean TPOT thresholds.
+    pub slo_ttft_s: Option<f64>,
+    pub slo_tpot_s: Option<f64>,
 }
 
 /// The fitted simulation and how well it matches.
@@ -104,14 +116,31 @@ pub enum VerifyError {
     Unrunnable(#[source] SimError),
 }
 
-fn simulate(args: &[String]) -> Result<Report, SimError> {
+fn simulate(args: &[String], slo: Slo) -> Result<Report, SimError> {
     let a = parse_simulate_args(args, &|p| {
         Err(format!("doctor verify reads no files ({p})"))
     })?;
     let startup = twin_sim::startup(&a.config)?;
-    let mut b = ReportBuilder::new(Slo::default());
+    let mut b = ReportBuilder::new(slo);
     twin_sim::run(&a.config, &startup, &mut b)?;
     Ok(b.finish(a.config.data_parallel_size))
+}
+
+/// Simulations by argv: one change offered by several findings is run, and judged, once.
+struct Sims {
+    slo: Slo,
+    done: BTreeMap<Vec<String>, Result<Report, String>>,
+}
+
+impl Sims {
+    fn run(&mut self, args: &[String]) -> Result<Report, String> {
+        if let Some(r) = self.done.get(args) {
+            return r.clone();
+        }
+        let r = simulate(args, self.slo).map_err(|e| e.to_string());
+        self.done.insert(args.to_vec(), r.clone());
+        r
+    }
 }
 
 /// vLLM refused to start because the context does not fit: one max_model_len request
@@ -279,10 +308,14 @@ fn fit(
             && !has("--max-num-seqs")
             && !has("--max-num-active-seqs")
         {
-            if let Some(p) = sig.running.as_ref().map(|g| g.max) {
-                notes.push(format!(
-                    "--max-num-seqs {p:.0} inferred from the flat running line"
-                ));
+            // The pinned cap: the flat running line, or the decode batch one scrape shows.
+            let pinned = f
+                .evidence
+                .iter()
+                .find(|e| e.metric == "running_max" || e.metric == "decode_batch_mean")
+                .map(|e| (e.value.round(), e.metric.as_str()));
+            if let Some((p, how)) = pinned.filter(|(p, _)| *p >= 1.0) {
+                notes.push(format!("--max-num-seqs {p:.0} inferred from {how}"));
                 a.extend([s("--max-num-seqs"), format!("{p:.0}")]);
             }
         }
@@ -457,8 +490,8 @@ fn infer_budget(
     ctx: &Ctx,
     base: &mut Vec<String>,
     before: Report,
-    notes: &mut Vec<String>,
-) -> Report {
+    sims: &mut Sims,
+) -> (Report, Option<String>) {
     let ttft_finding = findings.iter().position(|f| {
         matches!(
             f.id,
@@ -466,18 +499,18 @@ fn infer_budget(
         )
     });
     let Some(idx) = ttft_finding else {
-        return before;
+        return (before, None);
     };
     if base.iter().any(|x| x == "--max-num-batched-tokens")
         || sig.ttft_s.p95.is_none_or(|o| before.ttft_s.p95 > 0.7 * o)
     {
-        return before;
+        return (before, None);
     }
     let base_err = mismatch(sig, &before);
     let mut best: Option<(f64, u64, Report)> = None;
     for b in [512u64, 1024, 2048] {
         let args = with_flag(base, "--max-num-batched-tokens", &b.to_string());
-        if let Ok(r) = simulate(&args) {
+        if let Ok(r) = sims.run(&args) {
             let e = mismatch(sig, &r);
             if best.as_ref().is_none_or(|(be, _, _)| e < *be) {
                 best = Some((e, b, r));
@@ -485,11 +518,11 @@ fn infer_budget(
         }
     }
     let Some((err, b, report)) = best.filter(|(e, _, _)| *e < 0.5 * base_err) else {
-        return before;
+        return (before, None);
     };
-    notes.push(format!(
+    let note = format!(
         "--max-num-batched-tokens {b} inferred by simulation: it reproduces TTFT/prefill (mismatch {err:.2} vs {base_err:.2} at the default)"
-    ));
+    );
     *base = with_flag(base, "--max-num-batched-tokens", &b.to_string());
     let f = &findings[idx];
     let mut nf = crate::playbook::token_budget_finding_for(
@@ -503,7 +536,7 @@ fn infer_budget(
     );
     nf.reproduced = reproduces(nf.id, &report, th, base);
     findings.insert(idx, nf);
-    report
+    (report, Some(note))
 }
 
 /// Does the twin's run show the finding's symptom?
@@ -524,10 +557,11 @@ fn reproduces(id: &str, r: &Report, th: &Thresholds, args: &[String]) -> Option<
                 && r.num_waiting_mean >= 1.0
         }
         "ttft-queue-overload" => ttft && q >= p,
-        "ttft-prefill-token-budget"
-        | "ttft-prefill-prefix-miss"
-        | "ttft-prefill-long-prompts"
-        | "ttft-prefill-compute" => ttft && p > q,
+        // A small budget shows as queueing as often as a long prefill (both branches).
+        "ttft-prefill-token-budget" => ttft,
+        "ttft-prefill-prefix-miss" | "ttft-prefill-long-prompts" | "ttft-prefill-compute" => {
+            ttft && p > q
+        }
         "itl-prefill-interference" => {
             r.itl_s.p99 > th.itl_p99_s && r.itl_s.p99 >= 3.0 * r.itl_s.p50
         }
@@ -538,46 +572,142 @@ fn reproduces(id: &str, r: &Report, th: &Thresholds, args: &[String]) -> Option<
     })
 }
 
-fn verdict(rec: &Recommendation, before: &Report, after: &Report) -> Verdict {
+/// What a change is judged against: the goodput SLOs and the ITL threshold.
+#[derive(Clone, Copy, Debug)]
+struct Judge {
+    ttft_s: f64,
+    tpot_s: f64,
+    itl_p99_s: f64,
+}
+
+/// Every verdict shows these, before and after, whatever the finding expected.
+const SHOWN: &[&str] = &[
+    "goodput_requests_per_s",
+    "ttft_p95_s",
+    "itl_p99_s",
+    "tpot_mean_s",
+    "generation_tokens_per_s",
+    "queue_mean_s",
+    "preemptions",
+];
+
+/// A run's number for the whole fleet: a scale-out runs one of `replicas` replicas.
+fn fleet(r: &Report, key: &str, replicas: f64) -> Option<f64> {
+    let v = from_report(r, key)?;
+    Some(match key {
+        "goodput_requests_per_s" | "generation_tokens_per_s" | "requests_per_s" => v * replicas,
+        _ => v,
+    })
+}
+
+/// The twin's verdict on a change, the same whichever finding offered it: it helps only if
+/// goodput (requests/s meeting the TTFT and TPOT SLOs) rises by 5% or more and no SLO met
+/// before is broken, nor throughput cut by 10% or more. When goodput cannot move (every
+/// request already meets the SLOs, or none does before and after) it helps if one of TTFT,
+/// TPOT, ITL, queue time or preemptions improves by 10% and none worsens by 10%.
+fn verdict(rec: &Recommendation, before: &Report, after: &Report, judge: Judge) -> Verdict {
+    let n = rec.replicas.unwrap_or(1).max(1) as f64;
+    let pair = |k: &str| -> (f64, f64) {
+        (
+            fleet(before, k, 1.0).unwrap_or(0.0),
+            fleet(after, k, n).unwrap_or(0.0),
+        )
+    };
     let mut predicted = BTreeMap::new();
-    let mut keys: Vec<&str> = rec.expect.iter().map(|e| e.metric).collect();
-    for k in ["preemptions", "generation_tokens_per_s"] {
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    for k in keys {
-        if let (Some(b), Some(a)) = (from_report(before, k), from_report(after, k)) {
-            predicted.insert(k.to_string(), (b, a));
-        }
-    }
-    let outcome = match rec
-        .expect
+    let keys = SHOWN
         .iter()
-        .find(|e| from_report(before, e.metric).is_some())
-    {
-        None => "not-simulated".to_string(),
-        Some(e) => {
-            let b = from_report(before, e.metric).unwrap_or(0.0);
-            let a = from_report(after, e.metric).unwrap_or(0.0);
-            let (good, bad) = match e.direction {
-                Direction::Down => (a <= 0.9 * b && b > 0.0, a >= 1.1 * b && a > 0.0),
-                Direction::Up => (a >= 1.1 * b && a > 0.0, a <= 0.9 * b && b > 0.0),
-                Direction::ToZero => (b > 0.0 && (a == 0.0 || a <= 0.1 * b), a > 1.1 * b),
-            };
-            if good {
-                "helps".into()
-            } else if bad {
-                "worse".into()
-            } else {
-                "no-effect".into()
+        .copied()
+        .chain(rec.expect.iter().map(|e| e.metric));
+    for k in keys {
+        if fleet(before, k, 1.0).is_some() {
+            predicted.insert(k.to_string(), pair(k));
+        }
+    }
+    let mut broken = Vec::new();
+    for (k, limit, what) in [
+        ("ttft_p95_s", judge.ttft_s, "the TTFT SLO"),
+        ("tpot_mean_s", judge.tpot_s, "the TPOT SLO"),
+    ] {
+        let (b, a) = pair(k);
+        if b <= limit && a > limit {
+            broken.push(format!(
+                "breaks {what} ({k} {b:.3} -> {a:.3}, limit {limit})"
+            ));
+        }
+    }
+    // ITL P99 is no goodput SLO: crossing its threshold is a trade-off to state, not a veto.
+    let (ib, ia) = pair("itl_p99_s");
+    let itl_note = (ib <= judge.itl_p99_s && ia > judge.itl_p99_s).then(|| {
+        format!(
+            "; trade-off: ITL P99 {ib:.3} -> {ia:.3} s crosses {} s",
+            judge.itl_p99_s
+        )
+    });
+    let (tb, ta) = pair("generation_tokens_per_s");
+    if tb > 0.0 && ta < 0.9 * tb {
+        broken.push(format!(
+            "throughput falls {:.0}% ({tb:.0} -> {ta:.0} tokens/s)",
+            100.0 * (1.0 - ta / tb)
+        ));
+    }
+    let (gb, ga) = pair("goodput_requests_per_s");
+    let served = before.requests_per_s.max(1e-9);
+    let (outcome, note) = if !broken.is_empty() {
+        ("worse", broken.join("; "))
+    } else if ga >= 1.05 * gb && ga > gb {
+        (
+            "helps",
+            format!("goodput {gb:.2} -> {ga:.2} requests/s, no SLO broken"),
+        )
+    } else if ga <= 0.95 * gb && gb > 0.0 {
+        (
+            "worse",
+            format!("goodput falls {gb:.2} -> {ga:.2} requests/s"),
+        )
+    } else if gb / served >= 1.0 / 1.05 || (gb / served < 0.05 && ga / served < 0.05) {
+        let mut better = Vec::new();
+        let mut worse = Vec::new();
+        // A move counts when it is 10% and more than the metric's noise floor (tens of ms
+        // of queue, a few ms of ITL, one preemption).
+        for (k, floor) in [
+            ("ttft_p95_s", 0.05),
+            ("tpot_mean_s", 0.002),
+            ("itl_p99_s", 0.005),
+            ("queue_mean_s", 0.05),
+            ("preemptions", 1.0),
+        ] {
+            let (b, a) = pair(k);
+            if b > 0.0 && a <= 0.9 * b && b - a >= floor {
+                better.push(format!("{k} {b:.3} -> {a:.3}"));
+            } else if a >= 1.1 * b && a - b >= floor {
+                worse.push(format!("{k} {b:.3} -> {a:.3}"));
             }
         }
+        let why = if gb / served >= 0.5 {
+            "goodput is at its ceiling (nearly every request meets the SLOs)"
+        } else {
+            "goodput stays under 5% of the requests, before and after"
+        };
+        if !worse.is_empty() {
+            ("worse", format!("{why}; worse: {}", worse.join(", ")))
+        } else if !better.is_empty() {
+            (
+                "helps",
+                format!("{why}; better: {}, nothing worse", better.join(", ")),
+            )
+        } else {
+            ("no-effect", format!("{why}; nothing moves by 10%"))
+        }
+    } else {
+        (
+            "no-effect",
+            format!("goodput {gb:.2} -> {ga:.2} requests/s (within 5%)"),
+        )
     };
     Verdict {
-        outcome,
+        outcome: outcome.into(),
         predicted,
-        note: None,
+        note: Some(note + itl_note.as_deref().unwrap_or("")),
     }
 }
 
@@ -591,8 +721,23 @@ pub fn verify(
     hints: &Hints,
 ) -> Result<VerifyReport, VerifyError> {
     let mut notes = Vec::new();
+    let judge = Judge {
+        ttft_s: hints.slo_ttft_s.unwrap_or(th.ttft_p95_s),
+        tpot_s: hints.slo_tpot_s.unwrap_or(th.tpot_mean_s),
+        itl_p99_s: th.itl_p99_s,
+    };
+    let slo = Slo {
+        ttft_s: Some(judge.ttft_s),
+        tpot_s: Some(judge.tpot_s),
+        e2e_s: None,
+    };
+    notes.push(format!(
+        "verdicts: goodput under TTFT <= {} ms and TPOT <= {} ms per request (--slo-ttft-ms, --slo-tpot-ms)",
+        judge.ttft_s * 1e3,
+        judge.tpot_s * 1e3
+    ));
     let mut base = fit(sig, findings, serve, ctx, hints, &mut notes);
-    let before = match simulate(&base) {
+    let before = match simulate(&base, slo) {
         Ok(r) => r,
         // A pool pinned small cannot hold the model's default context: vLLM would refuse
         // to start, so the server we saw must run with a shorter --max-model-len.
@@ -604,11 +749,16 @@ pub fn verify(
                 "--max-model-len {m} assumed (the default does not fit the observed pool)"
             ));
             base = with_flag(&base, "--max-model-len", &m.to_string());
-            simulate(&base).map_err(VerifyError::Unrunnable)?
+            simulate(&base, slo).map_err(VerifyError::Unrunnable)?
         }
         Err(e) => return Err(VerifyError::Unrunnable(e)),
     };
-    let before = infer_budget(sig, findings, th, ctx, &mut base, before, &mut notes);
+    let mut sims = Sims {
+        slo,
+        done: BTreeMap::new(),
+    };
+    let (before, note) = infer_budget(sig, findings, th, ctx, &mut base, before, &mut sims);
+    notes.extend(note);
     let mut fitq = BTreeMap::new();
     for k in [
         "generation_tokens_per_s",
@@ -635,9 +785,18 @@ pub fn verify(
                 f.recommendations.push(rec);
                 continue;
             };
-            match simulate(&args) {
+            if f.reproduced == Some(false) {
+                rec.verify = Some(Verdict {
+                    outcome: "not-judged".into(),
+                    predicted: BTreeMap::new(),
+                    note: Some("the twin does not reproduce this symptom on the fitted workload, so it cannot judge the change".into()),
+                });
+                f.recommendations.push(rec);
+                continue;
+            }
+            match sims.run(&args) {
                 Ok(after) => {
-                    let v = verdict(&rec, &before, &after);
+                    let v = verdict(&rec, &before, &after, judge);
                     let keep = v.outcome == "helps";
                     rec.verify = Some(v);
                     if keep {

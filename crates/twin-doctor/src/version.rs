@@ -148,6 +148,8 @@ pub const FLAG_SINCE: &[(&str, Version)] = &[
     ("--long-prefill-token-threshold-adaptive", Version(0, 30, 0)),
     // PR #56758; absent in 0.11 (vllm-internals §1.9).
     ("--max-num-active-seqs", Version(0, 31, 0)),
+    // The JSON flag replaced --speculative-model in the 0.8 series; 0.9 to be safe.
+    ("--speculative-config", Version(0, 9, 0)),
 ];
 
 pub fn flag_since(flag: &str) -> Version {

@@ -187,3 +187,33 @@ fn https_to_a_plain_http_server_is_a_tls_error() {
         twin_doctor::error_chain(&e)
     );
 }
+
+#[test]
+fn timeout_bounds_the_whole_read_of_a_dripping_body() {
+    // Headers at once, then one body byte every 100 ms: 1,000 bytes would take 100 s, so
+    // only a timeout over the whole read (not per read) ends this fetch.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+            line.clear();
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n");
+        for _ in 0..1000 {
+            if s.write_all(b"#").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let client = HttpClient::new(&HttpOptions {
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .unwrap();
+    let e = client.get(&url(port, "/metrics")).unwrap_err();
+    assert!(matches!(e, HttpError::Timeout { .. }), "{e:?}");
+}

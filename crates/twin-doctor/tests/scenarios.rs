@@ -17,6 +17,7 @@ const BRANCHES: &[&str] = &[
     "itl-bandwidth-saturation",
     "kv-preemption",
     "length-truncation",
+    "abandoned-requests",
     "aborts",
     "errors",
     "engine-hung",
@@ -28,6 +29,7 @@ fn healthy_chat_names_no_branch() {
     let f = scenario("healthy", "--request-rate 12 --num-requests 2000");
     let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
     assert_eq!(d.exit_code, 0, "{}", twin_doctor::render::text(&d));
+    assert!(d.plan.is_empty(), "healthy run has a plan");
     for b in BRANCHES {
         assert!(
             !d.findings.iter().any(|x| x.id == *b),
@@ -57,6 +59,7 @@ fn kv_overrun_preempts_and_queues() {
     );
     assert!(!n.contains(&"ttft-queue-pseudo-saturation"));
     assert_eq!(d.exit_code, 2);
+    assert!(plan_first(&d).contains(&"kv-preemption"), "{:?}", d.plan);
     let pre = finding(&d, "kv-preemption");
     assert_eq!(pre.reproduced, Some(true));
     // 0.34 has --max-num-active-seqs; the twin says it removes the preemptions.
@@ -67,8 +70,55 @@ fn kv_overrun_preempts_and_queues() {
         d.bottlenecks[0].class,
         twin_doctor::bottleneck::Class::Capacity
     );
-    // Scenario 4: the seed's autoscaling trigger fires.
+    // Scenario 4: the seed's autoscaling trigger fires, and the plan's scale-out says so.
     assert!(d.findings.iter().any(|x| x.id == "autoscale-signal"));
+    let scale = d
+        .plan
+        .iter()
+        .flat_map(|s| &s.actions)
+        .find(|r| r.replicas.is_some())
+        .expect("a scale-out in the plan");
+    assert!(
+        scale
+            .caveat
+            .as_deref()
+            .is_some_and(|c| c.contains("fires on this window")),
+        "{:?}",
+        scale.caveat
+    );
+    one_verdict_per_change(&d);
+}
+
+/// A change offered by several findings gets one verdict (judged on goodput, not on each
+/// finding's own metric), and every simulated verdict shows the same before/after set.
+fn one_verdict_per_change(d: &twin_doctor::Diagnosis) {
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    for f in &d.findings {
+        for r in f.recommendations.iter().chain(&f.rejected) {
+            let Some(v) = &r.verify else { continue };
+            if v.outcome == "not-simulated" || v.outcome == "not-judged" {
+                continue;
+            }
+            for k in [
+                "goodput_requests_per_s",
+                "ttft_p95_s",
+                "itl_p99_s",
+                "generation_tokens_per_s",
+                "queue_mean_s",
+                "preemptions",
+            ] {
+                assert!(v.predicted.contains_key(k), "{}: no {k}", r.action);
+            }
+            let prev = seen.insert(r.action.clone(), v.outcome.clone());
+            assert!(
+                prev.as_ref().is_none_or(|p| *p == v.outcome),
+                "{} judged both {prev:?} and {}",
+                r.action,
+                v.outcome
+            );
+        }
+    }
+    assert!(!seen.is_empty());
 }
 
 #[test]
@@ -100,6 +150,7 @@ fn pseudo_saturation_running_pinned() {
         !n.contains(&"ttft-queue-kv-full") && !n.contains(&"kv-preemption"),
         "{n:?}"
     );
+    assert_eq!(plan_first(&d), ["ttft-queue-pseudo-saturation"]);
     let p = finding(&d, "ttft-queue-pseudo-saturation");
     assert_eq!(p.reproduced, Some(true));
     assert_eq!(verdict(p, "--max-num-seqs 16 ->"), "helps");
@@ -112,6 +163,7 @@ fn prefill_interference_itl_tail() {
     let n = named(&d);
     assert!(n.contains(&"itl-prefill-interference"), "{n:?}");
     assert!(!n.contains(&"itl-bandwidth-saturation"), "{n:?}");
+    assert_eq!(plan_first(&d), ["itl-prefill-interference"]);
     let i = finding(&d, "itl-prefill-interference");
     assert_eq!(i.reproduced, Some(true));
     assert_eq!(verdict(i, "--max-num-batched-tokens"), "helps");
@@ -134,6 +186,7 @@ fn small_token_budget_with_long_prompts() {
         "{:?}",
         named(&d)
     );
+    assert_eq!(plan_first(&d), ["ttft-prefill-token-budget"]);
     // Not told: V1 metrics cannot show the budget, the twin infers it.
     let d = doctor(&[path, "--vllm-version", "0.34.0", "--verify"]);
     let b = finding(&d, "ttft-prefill-token-budget");
@@ -149,6 +202,7 @@ fn truncation_by_max_model_len() {
     let f = scenario("truncation", "--max-model-len 2048 --input-len 1500 --output-len 1500 --request-rate 5 --num-requests 1000");
     let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0"]);
     assert!(named(&d).contains(&"length-truncation"), "{:?}", named(&d));
+    assert_eq!(plan_first(&d), ["length-truncation"]);
     // Told the real limit, confidence is high.
     let d = doctor(&[f.to_str().unwrap(), "--max-model-len", "2048"]);
     assert_eq!(
@@ -175,14 +229,40 @@ fn bandwidth_saturation_on_a_slow_gpu() {
         n.contains(&"itl-bandwidth-saturation") && !n.contains(&"itl-prefill-interference"),
         "{n:?}"
     );
+    assert_eq!(plan_first(&d), ["itl-bandwidth-saturation"]);
     let b = finding(&d, "itl-bandwidth-saturation");
     assert_eq!(b.reproduced, Some(true));
-    // Weights dominate the bytes here: FP8 weights help, FP8 KV does not (dropped).
+    // Weights dominate the bytes here: FP8 weights bring requests under the TPOT SLO
+    // (goodput rises from 0), FP8 KV does not (it only trims the ITL tail).
     assert_eq!(verdict(b, "--quantization fp8"), "helps");
-    assert!(b
-        .rejected
-        .iter()
-        .any(|r| r.action.starts_with("--kv-cache-dtype")));
+    let goodput = |action: &str| {
+        let r = b
+            .recommendations
+            .iter()
+            .chain(&b.rejected)
+            .find(|r| r.action.starts_with(action))
+            .unwrap();
+        r.verify.as_ref().unwrap().predicted["goodput_requests_per_s"]
+    };
+    let (before, after) = goodput("--quantization fp8");
+    assert!(after > before + 0.5, "{before} -> {after}");
+    let (before, after) = goodput("--kv-cache-dtype");
+    assert!(after < before + 0.05, "{before} -> {after}");
+    // A cap on running requests cuts TPOT but queues requests for minutes: the one-metric
+    // judge called it "helps"; under goodput it is worse.
+    assert_eq!(verdict(b, "--max-num-active-seqs"), "worse");
+    one_verdict_per_change(&d);
+    // Where the twin does not show a finding's symptom it says so instead of judging.
+    for f in d.findings.iter().filter(|f| f.reproduced == Some(false)) {
+        for r in f
+            .recommendations
+            .iter()
+            .filter(|r| r.replicas.is_some() || r.flag.is_some())
+        {
+            assert_eq!(r.verify.as_ref().unwrap().outcome, "not-judged", "{}", f.id);
+        }
+        assert!(f.rejected.is_empty(), "{}", f.id);
+    }
 }
 
 #[test]
@@ -200,6 +280,11 @@ fn overload_queues_without_a_binding_cap() {
     assert_eq!(
         verdict(finding(&d, "ttft-queue-overload"), "scale out"),
         "helps"
+    );
+    assert!(
+        plan_first(&d).contains(&"ttft-queue-overload"),
+        "{:?}",
+        d.plan
     );
 }
 
@@ -220,10 +305,36 @@ fn prefix_cache_off_with_long_shared_prompts() {
     ]);
     let n = named(&d);
     assert!(n.contains(&"ttft-prefill-prefix-miss"), "{n:?}");
+    assert_eq!(plan_first(&d), ["ttft-prefill-prefix-miss"]);
     assert!(!n.iter().any(|x| x.starts_with("ttft-queue")), "{n:?}");
     let f = finding(&d, "ttft-prefill-prefix-miss");
     assert!(f
         .recommendations
         .iter()
         .any(|r| r.flag.as_deref() == Some("--enable-prefix-caching")));
+}
+
+#[test]
+fn client_timeouts_are_abandoned_requests() {
+    // Answers of 2,000 tokens take longer than the clients' 15 s: every client leaves after
+    // its first token, vLLM aborts the request and records no finish for it.
+    let f = scenario(
+        "timeouts",
+        "--request-rate 20 --input-len 500 --output-len 2000 --request-timeout 15s --num-requests 600",
+    );
+    let d = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0"]);
+    let a = finding(&d, "abandoned-requests");
+    let n = a
+        .evidence
+        .iter()
+        .find(|e| e.metric == "abandoned_after_first_token")
+        .unwrap()
+        .value;
+    assert!(n >= 500.0, "{}", twin_doctor::render::text(&d));
+    // 600 requests reached a first token: enough for CRITICAL although none finished.
+    assert_eq!(a.severity, twin_doctor::Severity::Critical);
+    assert!(d
+        .plan
+        .iter()
+        .any(|s| s.findings.contains(&"abandoned-requests")));
 }

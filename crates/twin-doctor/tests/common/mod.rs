@@ -72,3 +72,22 @@ pub fn verdict(f: &twin_doctor::Finding, action: &str) -> String {
 pub fn fixture(name: &str) -> String {
     format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
 }
+
+/// The findings the plan's first step addresses; also checks that the plan names each
+/// flag (or action) once per instance.
+pub fn plan_first(d: &Diagnosis) -> Vec<&'static str> {
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &d.plan {
+        for r in &s.actions {
+            let key = r.flag.clone().unwrap_or_else(|| r.action.clone());
+            assert!(
+                seen.insert((s.instance.clone(), key.clone())),
+                "{key} twice in the plan"
+            );
+        }
+    }
+    d.plan
+        .first()
+        .map(|s| s.findings.clone())
+        .unwrap_or_default()
+}
