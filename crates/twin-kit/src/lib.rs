@@ -16,6 +16,7 @@ pub mod promql_check;
 pub mod rules;
 pub mod scrape;
 mod text;
+pub mod tune_job;
 
 use std::path::{Path, PathBuf};
 
@@ -97,6 +98,10 @@ pub mod paths {
     pub const POD_MONITOR: &str = "k8s/vllm-podmonitor.yaml";
     /// prometheus-operator ServiceMonitor for the GPU Operator's dcgm-exporter.
     pub const DCGM_SERVICE_MONITOR: &str = "k8s/dcgm-exporter-servicemonitor.yaml";
+    /// With `tune`: the results volume, the Indexed Job of shards, the merge Job.
+    pub const TUNE_PVC: &str = "k8s/tune/vllm-twin-tune-pvc.yaml";
+    pub const TUNE_JOB: &str = "k8s/tune/vllm-twin-tune-job.yaml";
+    pub const TUNE_MERGE_JOB: &str = "k8s/tune/vllm-twin-tune-merge-job.yaml";
 }
 
 /// Builds every file of the kit in memory, checks every PromQL expression in it, and
@@ -163,6 +168,12 @@ pub fn render_kit(opts: &KitOptions) -> Result<Vec<KitFile>, KitError> {
             contents: scrape::dcgm_service_monitor_yaml(opts)?,
         },
     ];
+    let mut files = files;
+    if let Some(t) = &opts.tune {
+        for (path, contents) in tune_job::tune_job_files(opts, t)? {
+            files.push(KitFile { path, contents });
+        }
+    }
     promql_check::check_kit(&files, opts)
         .map_err(|(file, reason)| KitError::Promql { file, reason })?;
     Ok(files)

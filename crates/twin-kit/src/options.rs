@@ -103,6 +103,8 @@ pub struct KitOptions {
     pub prefer_underscore: bool,
     /// Grafana dashboard uid.
     pub dashboard_uid: String,
+    /// A `vllm-twin tune` sweep to shard over a Kubernetes Indexed Job (`k8s/tune/`).
+    pub tune: Option<crate::tune_job::TuneJob>,
 }
 
 impl Default for KitOptions {
@@ -147,6 +149,7 @@ impl Default for KitOptions {
             runbook_url_base: None,
             prefer_underscore: false,
             dashboard_uid: "vllm-twin-kit".into(),
+            tune: None,
         }
     }
 }
@@ -231,6 +234,9 @@ fn dns_label(field: &'static str, v: &str) -> Result<(), KitError> {
 impl KitOptions {
     /// Checks every option; [`crate::render_kit`] calls this first.
     pub fn validate(&self) -> Result<(), KitError> {
+        if let Some(t) = &self.tune {
+            t.validate()?;
+        }
         bucket_bound("ttft_slo_s", self.ttft_slo_s, TTFT_BUCKETS)?;
         bucket_bound("itl_slo_s", self.itl_slo_s, ITL_BUCKETS)?;
         fraction("kv_warning", self.kv_warning, 0.0, 1.0)?;
