@@ -223,9 +223,13 @@ pub fn find_max_rate_with(
         growth,
         relative_tolerance,
     } = options;
-    if !(start_factor.is_finite() && start_factor > 0.0 && growth.is_finite() && growth > 1.0)
-        || !(relative_tolerance > 0.0 && relative_tolerance < 1.0)
-    {
+    let valid = start_factor.is_finite()
+        && start_factor > 0.0
+        && growth.is_finite()
+        && growth > 1.0
+        && relative_tolerance > 0.0
+        && relative_tolerance < 1.0;
+    if !valid {
         return Err(SimError::Config {
             field: "find_max_rate".into(),
             message: format!("invalid search options {options:?}"),

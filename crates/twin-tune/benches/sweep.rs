@@ -49,7 +49,7 @@ fn main() {
         .install(|| twin_tune::run_shard(&spec, Shard::WHOLE))
         .expect("the sweep runs");
     let wall_s = t0.elapsed().as_secs_f64();
-    let result = twin_tune::merge(&[shard.clone()]).expect("one shard merges");
+    let result = twin_tune::merge(std::slice::from_ref(&shard)).expect("one shard merges");
     let probes: usize = shard
         .screening
         .iter()

@@ -47,12 +47,11 @@ fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, TuneError> {
         .map_err(|_| bad(flag, format!("{v:?} is not a valid number")))
 }
 
+/// Tune's flags (name, value; `""` for a bare flag) and the rest of the command line.
+type SplitArgs = (Vec<(String, String)>, Vec<String>);
+
 /// Splits tune's flags (`--x v` or `--x=v`) from the rest, in order.
-fn take_flags(
-    args: &[String],
-    valued: &[&str],
-    bare: &[&str],
-) -> Result<(Vec<(String, String)>, Vec<String>), TuneError> {
+fn take_flags(args: &[String], valued: &[&str], bare: &[&str]) -> Result<SplitArgs, TuneError> {
     let mut ours = Vec::new();
     let mut rest = Vec::new();
     let mut it = args.iter();

@@ -194,7 +194,7 @@ fn equal_engines_are_evaluated_once() {
         .filter(|c| c.same_as.is_some())
         .collect();
     assert!(!twins.is_empty(), "{:?}", s.candidates);
-    let r = merge(&[s.clone()]).unwrap();
+    let r = merge(std::slice::from_ref(&s)).unwrap();
     assert!(r.table.iter().any(|row| !row.equivalent.is_empty()));
     assert_eq!(s.finals.len(), s.candidates.len() - twins.len());
 }
