@@ -145,7 +145,8 @@ pub struct Evaluation {
     pub error: Option<String>,
 }
 
-/// One run at the highest sustainable rate.
+/// One run at the highest sustainable rate: the rate × the share of requests meeting every SLO,
+/// the rate × output tokens per request, and p95 latencies.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AtMax {
     pub goodput_requests_per_s: f64,
@@ -477,9 +478,19 @@ fn evaluate(
     if let (true, Some(f)) = (final_rung, search.max_factor) {
         match run_at_factor(&cfg, startup, slo, f) {
             Ok(r) => {
+                // Per offered request, not per second of the run: a run's seconds include its
+                // drain, whose length says more about the last few requests than the rate.
+                let rate = search.max_requests_per_s.unwrap_or(0.0);
+                let per_request = |x: f64| {
+                    if r.requests_per_s > 0.0 {
+                        rate * x / r.requests_per_s
+                    } else {
+                        0.0
+                    }
+                };
                 eval.at_max = Some(AtMax {
-                    goodput_requests_per_s: r.goodput_requests_per_s,
-                    output_tokens_per_s: r.output_tokens_per_s,
+                    goodput_requests_per_s: per_request(r.goodput_requests_per_s),
+                    output_tokens_per_s: per_request(r.output_tokens_per_s),
                     ttft_p95_s: r.ttft_s.p95,
                     tpot_p95_s: r.tpot_s.p95,
                     e2e_p95_s: r.e2e_s.p95,

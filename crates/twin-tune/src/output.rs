@@ -87,7 +87,10 @@ fn row_for(
     e: &Evaluation,
 ) -> Row {
     let rate = e.max_requests_per_s;
-    let goodput = rate.map(|r| e.at_max.as_ref().map_or(r, |a| a.goodput_requests_per_s));
+    // Screening rungs measure the rate only; their rows show no goodput or tokens.
+    let goodput = rate
+        .and(e.at_max.as_ref())
+        .map(|a| a.goodput_requests_per_s);
     Row {
         rank: 0,
         index,
