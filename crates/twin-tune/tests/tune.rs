@@ -242,3 +242,63 @@ fn shell_split(line: &str) -> Vec<String> {
     }
     words
 }
+
+#[test]
+fn two_gpus_search_the_tp_dp_split_and_cost_is_gpus_per_goodput() {
+    let mut s = spec(
+        &slo(),
+        &["max-num-seqs=256", "max-num-batched-tokens=8192"],
+        Halving::Off,
+    );
+    s.gpus = 2;
+    s.objective = Objective::Cost;
+    s.axes = space::resolve_axes(
+        2,
+        &[
+            "max-num-seqs=256",
+            "max-num-batched-tokens=8192",
+            "kv-cache-dtype=auto",
+            "enable-prefix-caching=true",
+            "speculative=off",
+        ]
+        .map(|a| space::parse_search(a).unwrap()),
+        &s.base_args,
+    )
+    .unwrap();
+    assert_eq!(
+        s.axes.iter().find(|a| a.name == "split").unwrap().values,
+        vec!["1x2", "2x1"]
+    );
+    let r = merge(&[on(2, &s, Shard::WHOLE)]).unwrap();
+    // The baseline is vLLM's defaults as DP 2.
+    let base = r.table.iter().find(|row| row.index == 0).unwrap();
+    assert_eq!(
+        base.flags,
+        strings(&["--tensor-parallel-size", "1", "--data-parallel-size", "2"])
+    );
+    assert!(r.table.iter().all(|row| row.gpus == 2));
+    assert!(r.table.iter().any(|row| row
+        .flags
+        .windows(2)
+        .any(|w| w == ["--tensor-parallel-size", "2"])));
+    for row in &r.table {
+        let (Some(score), Some(goodput)) = (row.score, row.goodput_requests_per_s) else {
+            continue;
+        };
+        assert!((score + 2.0 / goodput).abs() < 1e-9, "{row:?}");
+        assert_eq!(row.gpus_per_request_per_s, Some(2.0 / goodput));
+    }
+    // The cheapest config (fewest GPUs per req/s of goodput) wins.
+    let best = r.best.as_ref().unwrap();
+    let cheapest = r
+        .table
+        .iter()
+        .filter_map(|row| row.gpus_per_request_per_s)
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(-best.score, cheapest, "{}", r.render_text(20));
+    assert!(
+        r.render_text(20)
+            .contains(&format!("{cheapest:.3} GPUs per req/s"))
+            || best.index == 0
+    );
+}
