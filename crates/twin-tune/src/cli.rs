@@ -23,6 +23,11 @@ long-prefill-token-threshold, kv-cache-dtype, gpu-memory-utilization, block-size
 enable-prefix-caching (true,false), speculative (off,ngram), split (TPxDP, e.g. 1x4,2x2);
 `default` leaves a flag at vLLM's default.";
 
+/// Bytes in one shard file `tune merge` reads (a 100,000-config sweep's is ~100 MB).
+pub const MAX_SHARD_FILE_BYTES: u64 = 512 << 20;
+/// Shard files one merge reads.
+pub const MAX_SHARD_FILES: usize = 10_000;
+
 /// The tune flags; everything else is `simulate`'s base command line.
 struct TuneArgs {
     spec: TuneSpec,
@@ -312,7 +317,19 @@ fn merge_main(args: &[String]) -> Result<ExitCode, String> {
         return Err("tune merge: expects shard files (tune … --shard i/N --out DIR)".into());
     }
     let mut shards = Vec::new();
+    if files.len() > MAX_SHARD_FILES {
+        return Err(format!(
+            "tune merge: {} files; at most {MAX_SHARD_FILES}",
+            files.len()
+        ));
+    }
     for f in &files {
+        let len = std::fs::metadata(f).map_err(|e| format!("{f}: {e}"))?.len();
+        if len > MAX_SHARD_FILE_BYTES {
+            return Err(format!(
+                "{f}: {len} bytes; a shard file is at most {MAX_SHARD_FILE_BYTES} (docs/limits.md)"
+            ));
+        }
         let text = std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?;
         let s: ShardResult = serde_json::from_str(&text).map_err(|e| {
             format!(
