@@ -55,7 +55,9 @@ pub struct MaxRateSearch {
 }
 
 /// The workload's nominal rate and what it means, or why it has none.
-fn nominal_rate(workload: &twin_workload::WorkloadSpec) -> Result<(f64, &'static str), SimError> {
+pub fn nominal_rate(
+    workload: &twin_workload::WorkloadSpec,
+) -> Result<(f64, &'static str), SimError> {
     match &workload.arrivals {
         Arrivals::Open(p) => Ok(match &p.rate {
             RateProfile::Constant(r) => (*r, "--request-rate"),
@@ -128,6 +130,20 @@ fn scaled(arrivals: &Arrivals, factor: f64) -> Arrivals {
     }
 }
 
+/// One run of the workload at `factor` times its rate (the same requests, the gaps scaled).
+pub fn run_at_factor(
+    config: &SimConfig,
+    startup: &Startup,
+    slo: Slo,
+    factor: f64,
+) -> Result<crate::Report, SimError> {
+    let mut cfg = config.clone();
+    cfg.workload.arrivals = scaled(&config.workload.arrivals, factor);
+    let mut b = ReportBuilder::new(slo).with_workload(&cfg.workload);
+    crate::run(&cfg, startup, &mut b)?;
+    Ok(b.finish(cfg.data_parallel_size))
+}
+
 fn probe(
     config: &SimConfig,
     startup: &Startup,
@@ -135,11 +151,7 @@ fn probe(
     factor: f64,
     nominal: f64,
 ) -> Result<RateProbe, SimError> {
-    let mut cfg = config.clone();
-    cfg.workload.arrivals = scaled(&config.workload.arrivals, factor);
-    let mut b = ReportBuilder::new(slo).with_workload(&cfg.workload);
-    crate::run(&cfg, startup, &mut b)?;
-    let r = b.finish(cfg.data_parallel_size);
+    let r = run_at_factor(config, startup, slo, factor)?;
     let goodput_share = if r.requests_per_s > 0.0 {
         r.goodput_requests_per_s / r.requests_per_s
     } else {
@@ -174,12 +186,62 @@ fn probe(
     })
 }
 
+/// Where a search starts and how finely it ends. `tune` starts a config's later, longer runs
+/// at the rate its shorter run found, with small steps, instead of at the workload's rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchOptions {
+    /// First probe, as a factor on the workload's rate.
+    pub start_factor: f64,
+    /// Each bracketing step multiplies (or divides) the factor by this (> 1).
+    pub growth: f64,
+    /// Bisection stops when the bracket is this tight (relative to its top).
+    pub relative_tolerance: f64,
+}
+
+impl Default for SearchOptions {
+    /// `--find-max-rate`'s: from the workload's own rate, doubling or halving, to 2%.
+    fn default() -> Self {
+        SearchOptions {
+            start_factor: 1.0,
+            growth: 2.0,
+            relative_tolerance: RELATIVE_TOLERANCE,
+        }
+    }
+}
+
 /// Bracket the knee from the workload's own rate by doubling or halving, then bisect.
 pub fn find_max_rate(
     config: &SimConfig,
     startup: &Startup,
     slo: Slo,
 ) -> Result<MaxRateSearch, SimError> {
+    find_max_rate_with(config, startup, slo, SearchOptions::default())
+}
+
+/// [`find_max_rate`] from another start, with other steps and tolerance.
+pub fn find_max_rate_with(
+    config: &SimConfig,
+    startup: &Startup,
+    slo: Slo,
+    options: SearchOptions,
+) -> Result<MaxRateSearch, SimError> {
+    let SearchOptions {
+        start_factor,
+        growth,
+        relative_tolerance,
+    } = options;
+    let valid = start_factor.is_finite()
+        && start_factor > 0.0
+        && growth.is_finite()
+        && growth > 1.0
+        && relative_tolerance > 0.0
+        && relative_tolerance < 1.0;
+    if !valid {
+        return Err(SimError::Config {
+            field: "find_max_rate".into(),
+            message: format!("invalid search options {options:?}"),
+        });
+    }
     let (nominal, rate_meaning) = nominal_rate(&config.workload)?;
     let mut probes = Vec::new();
     let run = |factor: f64, probes: &mut Vec<RateProbe>| -> Result<bool, SimError> {
@@ -189,14 +251,14 @@ pub fn find_max_rate(
         Ok(ok)
     };
     let (mut lo, mut hi) = (None::<f64>, None::<f64>);
-    let mut factor = 1.0;
+    let mut factor = start_factor;
     for _ in 0..=MAX_BRACKET_STEPS {
         if run(factor, &mut probes)? {
             lo = Some(factor);
             if hi.is_some() {
                 break;
             }
-            factor *= 2.0;
+            factor *= growth;
         } else {
             hi = Some(factor);
             if lo.is_some() {
@@ -211,11 +273,11 @@ pub fn find_max_rate(
                     break;
                 }
             }
-            factor /= 2.0;
+            factor /= growth;
         }
     }
     if let (Some(mut l), Some(mut h)) = (lo, hi) {
-        while (h - l) / h > RELATIVE_TOLERANCE && probes.len() < MAX_PROBES {
+        while (h - l) / h > relative_tolerance && probes.len() < MAX_PROBES {
             let mid = 0.5 * (l + h);
             if run(mid, &mut probes)? {
                 l = mid;

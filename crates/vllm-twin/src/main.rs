@@ -35,6 +35,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Search vLLM flags for the best config under SLOs (docs/tune.md); `tune merge` joins shards.
+    #[command(disable_help_flag = true)]
+    Tune {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Experiments over the twin.
     Experiment {
         #[command(subcommand)]
@@ -188,6 +194,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate { args } => simulate::run(&args),
+        Command::Tune { args } => Ok(twin_tune::cli::tune_main(&args)),
         Command::Serve { args } => Ok(twin_server::cli::serve_main(&args)),
         Command::BenchServe { args } => Ok(twin_server::cli::bench_serve_main(&args)),
         Command::Doctor { args } => match twin_doctor::cli::doctor_main(&args) {

@@ -1,0 +1,170 @@
+//! `vllm-twin tune` through the binary: shard files merged by `tune merge` print the same
+//! bytes as the whole sweep; `--out` writes results.json and pareto.svg; a sweep over the time
+//! limit is refused with a shard count; bad input is exit 2 naming the flag.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn tune(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+        .arg("tune")
+        .args(args)
+        .output()
+        .expect("run vllm-twin")
+}
+
+const SWEEP: &[&str] = &[
+    "llama-3.1-8b",
+    "--gpu",
+    "h100-sxm",
+    "--num-requests",
+    "400",
+    "--slo-ttft-ms",
+    "1000",
+    "--slo-tpot-ms",
+    "60",
+    "--search",
+    "max-num-seqs=16,256",
+    "--search",
+    "max-num-batched-tokens=8192",
+    "--search",
+    "kv-cache-dtype=auto,fp8",
+    "--search",
+    "enable-prefix-caching=true",
+    "--search",
+    "speculative=off",
+    "--yes",
+];
+
+fn dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("twin-tune-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn shard_files_merge_into_the_whole_sweeps_json_and_out_writes_the_pareto_chart() {
+    let out = dir("out");
+    let mut whole_args = SWEEP.to_vec();
+    let out_s = out.to_string_lossy().into_owned();
+    whole_args.extend(["--json", "--out", &out_s]);
+    let whole = tune(&whole_args);
+    assert_eq!(
+        whole.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&whole.stderr)
+    );
+    let v: Value = serde_json::from_slice(&whole.stdout).unwrap();
+    let serve = v["best"]["vllm_serve"].as_str().unwrap();
+    assert!(serve.starts_with("vllm serve llama-3.1-8b"), "{serve}");
+    assert!(v["table"].as_array().unwrap().len() >= 4);
+    assert_eq!(
+        std::fs::read(out.join("results.json")).unwrap(),
+        whole.stdout
+    );
+    let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Pareto front"),
+        "{svg}"
+    );
+
+    let shards = dir("shards");
+    let shards_s = shards.to_string_lossy().into_owned();
+    for i in 0..2 {
+        let slice = format!("{i}/2");
+        let mut a = SWEEP.to_vec();
+        a.extend(["--shard", &slice, "--out", &shards_s]);
+        let o = tune(&a);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let files: Vec<String> = (0..2)
+        .map(|i| {
+            shards
+                .join(format!("shard-{i}-of-2.json"))
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let merged = tune(&["merge", &files[1], &files[0], "--json"]);
+    assert_eq!(
+        merged.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&merged.stdout),
+        String::from_utf8_lossy(&whole.stdout)
+    );
+
+    let text = tune(&["merge", &files[0], &files[1]]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("best (goodput)") && text.contains(serve),
+        "{text}"
+    );
+
+    let lonely = tune(&["merge", &files[0]]);
+    assert_eq!(lonely.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&lonely.stderr).contains("shard 1/2 is missing"));
+}
+
+#[test]
+fn a_sweep_over_the_time_limit_is_refused_with_a_shard_count() {
+    let mut a: Vec<&str> = SWEEP.iter().copied().filter(|s| *s != "--yes").collect();
+    a.extend(["--max-minutes", "0.000001"]);
+    let o = tune(&a);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("would take about"), "{stderr}");
+    assert!(stderr.contains("--shard i/"), "{stderr}");
+    assert!(stderr.contains("--yes"), "{stderr}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn bad_tune_input_is_refused_naming_the_flag() {
+    for (args, says) in [
+        (vec!["llama-3.1-8b", "--objective", "speed"], "--objective"),
+        (
+            vec!["llama-3.1-8b", "--search", "max-seqs=1"],
+            "unknown axis",
+        ),
+        (vec!["llama-3.1-8b", "--shard", "2/2"], "--shard"),
+        (vec!["llama-3.1-8b", "--gpus", "0"], "--gpus"),
+        (
+            vec![
+                "llama-3.1-8b",
+                "--max-num-seqs",
+                "64",
+                "--search",
+                "max-num-seqs=8",
+            ],
+            "searched and also set",
+        ),
+        (
+            vec!["llama-3.1-8b", "--max-concurrency", "8", "--yes"],
+            "closed loop",
+        ),
+        (
+            vec!["merge", "/nonexistent/shard.json"],
+            "/nonexistent/shard.json",
+        ),
+    ] {
+        let o = tune(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says),
+            "{args:?} should say {says:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
