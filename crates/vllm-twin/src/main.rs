@@ -118,6 +118,16 @@ enum Command {
         /// All options as JSON (field names of twin_kit::KitOptions; flags above win).
         #[arg(long)]
         options: Option<PathBuf>,
+        /// Also write k8s/tune/: this `vllm-twin tune` sweep (its arguments, quoted as for a
+        /// shell) sharded over a Kubernetes Indexed Job, and the merge Job.
+        #[arg(long, value_name = "TUNE ARGS")]
+        tune_job: Option<String>,
+        /// The tune Job's shards (completions) [default: 8].
+        #[arg(long, value_name = "N", requires = "tune_job")]
+        tune_shards: Option<u32>,
+        /// The tune Job's image (vllm-twin on its PATH) [default: vllm-twin:latest].
+        #[arg(long, value_name = "IMAGE", requires = "tune_job")]
+        tune_image: Option<String>,
     },
     /// Print a shell completion script (every subcommand's real flags, vLLM's included):
     /// `vllm-twin completions bash > /etc/bash_completion.d/vllm-twin`.
@@ -220,6 +230,9 @@ fn main() -> ExitCode {
             namespace,
             deployment,
             options,
+            tune_job,
+            tune_shards,
+            tune_image,
         } => (|| -> Result<ExitCode> {
             let mut opts = match &options {
                 Some(p) => {
@@ -265,6 +278,19 @@ fn main() -> ExitCode {
             }
             if let Some(v) = deployment {
                 opts.deployment = v;
+            }
+            if let Some(line) = tune_job {
+                let args = shlex::split(&line)
+                    .with_context(|| format!("--tune-job: {line:?} has an unclosed quote"))?;
+                let mut t = opts.tune.take().unwrap_or_default();
+                t.args = args;
+                if let Some(n) = tune_shards {
+                    t.shards = n;
+                }
+                if let Some(i) = tune_image {
+                    t.image = i;
+                }
+                opts.tune = Some(t);
             }
             let files = twin_kit::write_kit(&opts, &out).map_err(|e| anyhow::anyhow!("{e}"))?;
             for f in files {
