@@ -122,6 +122,9 @@ struct Cli {
     /// --verify's goodput SLO on TPOT, in ms (default --tpot-slo).
     #[arg(long, value_name = "MS")]
     slo_tpot_ms: Option<f64>,
+    /// --verify on a cost-model profile of this deployment (from `vllm-twin calibrate`).
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<String>,
     /// Print the diagnosis as JSON (schema in docs/doctor.md).
     #[arg(long, conflicts_with = "markdown")]
     json: bool,
@@ -241,6 +244,17 @@ fn parse(argv: &[String]) -> Result<Option<Args>, DoctorError> {
     a.opts.hints.slo_ttft_s = cli.slo_ttft_ms.map(|ms| ms / 1e3);
     a.opts.hints.slo_tpot_s = cli.slo_tpot_ms.map(|ms| ms / 1e3);
     a.opts.hints.num_requests = cli.verify_requests;
+    if let Some(path) = &cli.calibration {
+        // Checked here, so a bad profile is an input error naming it, not a missing --verify.
+        let bad = |message: String| crate::sources::InputError::Calibration {
+            path: path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        twin_cost::CalibrationProfile::from_json(&text)
+            .map_err(|e| bad(format!("{}: {}", e.field, e.message)))?;
+    }
+    a.opts.hints.calibration = cli.calibration;
     for p in cli.sources {
         if p.starts_with("http://") || p.starts_with("https://") {
             if a.url.is_some() {

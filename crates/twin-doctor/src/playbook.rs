@@ -402,7 +402,7 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
         e.push(ev("mean_input_len", mean_in, "< 4000 (not long)"));
         e.push(ev("decode_share", sig.decode_share.unwrap_or(0.0), ""));
         let ex = [("prefill_mean_s", Down), ("ttft_p95_s", Down)];
-        out.push(finding(FindingHead { id: "ttft-prefill-compute", scenario: "1", title: "TTFT high: prefill is slow although prompts are short", severity: sev, confidence: conf }, sig, e, "Prefill dominates TTFT without long prompts, a small budget or cache misses: each step is slow (a big batch, a slow GPU), so the prefill chunks wait behind it. The seed's compute-bound remedies apply: FP8 (W8A8) weights, more or faster GPUs.", vec![ctx.scale_out(sig, &ex)]));
+        out.push(finding(FindingHead { id: "ttft-prefill-compute", scenario: "1", title: "TTFT high: prefill is slow although prompts are short", severity: sev, confidence: conf }, sig, e, "Prefill dominates TTFT without long prompts, a small budget or cache misses: each step is slow (a big batch, a slow GPU), so the prefill chunks wait behind it. The monitoring guide's compute-bound remedies apply: FP8 (W8A8) weights, more or faster GPUs.", vec![ctx.scale_out(sig, &ex)]));
     }
 }
 

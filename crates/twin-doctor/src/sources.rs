@@ -24,6 +24,8 @@ pub enum InputError {
         #[source]
         source: std::io::Error,
     },
+    #[error("--calibration {path}: {message}")]
+    Calibration { path: String, message: String },
     #[error("{path}: not UTF-8 text (byte {valid_up_to})")]
     NotUtf8 { path: String, valid_up_to: usize },
     #[error("{name}: empty file")]

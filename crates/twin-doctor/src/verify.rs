@@ -93,6 +93,9 @@ pub struct Hints {
     /// the TTFT P95 and mean TPOT thresholds.
     pub slo_ttft_s: Option<f64>,
     pub slo_tpot_s: Option<f64>,
+    /// A cost-model profile from `vllm-twin calibrate` (`--calibration FILE`): the what-ifs
+    /// run on the user's measured deployment rather than the default cost model.
+    pub calibration: Option<String>,
 }
 
 /// The fitted simulation and how well it matches.
@@ -116,10 +119,13 @@ pub enum VerifyError {
     Unrunnable(#[source] SimError),
 }
 
+/// `--verify` reads one file: the `--calibration` profile the user named.
+fn read_file(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| e.to_string())
+}
+
 fn simulate(args: &[String], slo: Slo) -> Result<Report, SimError> {
-    let a = parse_simulate_args(args, &|p| {
-        Err(format!("doctor verify reads no files ({p})"))
-    })?;
+    let a = parse_simulate_args(args, &read_file)?;
     let startup = twin_sim::startup(&a.config)?;
     let mut b = ReportBuilder::new(slo);
     twin_sim::run(&a.config, &startup, &mut b)?;
@@ -158,7 +164,7 @@ fn context_too_long(e: &SimError) -> bool {
 }
 
 fn planned_blocks(args: &[String]) -> Option<f64> {
-    let a = parse_simulate_args(args, &|_| Err(String::new())).ok()?;
+    let a = parse_simulate_args(args, &read_file).ok()?;
     twin_sim::startup(&a.config)
         .ok()
         .map(|s| s.scheduler.num_gpu_blocks as f64)
@@ -263,6 +269,9 @@ fn fit(
         DEFAULT_GPU.to_string()
     });
     a.extend([s("--gpu"), gpu]);
+    if let Some(profile) = &hints.calibration {
+        a.extend([s("--calibration"), profile.clone()]);
+    }
     // The user's own serve line first: what it says wins over what we infer.
     a.extend(
         serve

@@ -338,3 +338,73 @@ fn client_timeouts_are_abandoned_requests() {
         .iter()
         .any(|s| s.findings.contains(&"abandoned-requests")));
 }
+
+#[test]
+fn verify_runs_on_a_calibration_profile_when_given() {
+    use twin_cost::profile::FittedOn;
+    use twin_cost::{CalibrationProfile, CostCalibration};
+    // A run with something to verify (a running cap queues requests).
+    let f = scenario(
+        "calibrated",
+        "--max-num-seqs 8 --request-rate 8 --num-requests 600",
+    );
+    // A deployment whose weights stream at half the default speed: decode steps are slower.
+    let profile = CalibrationProfile {
+        terms: CostCalibration {
+            weight_stream: 0.5,
+            ..CostCalibration::default()
+        },
+        fitted_on: FittedOn {
+            model: "meta-llama/Llama-3.1-8B-Instruct".into(),
+            gpu: "h100-sxm".into(),
+            tensor_parallel_size: 1,
+            ..FittedOn::default()
+        },
+    };
+    let p = f.with_file_name("slow-weights.json");
+    std::fs::write(&p, profile.to_json()).unwrap();
+    let plain = doctor(&[f.to_str().unwrap(), "--vllm-version", "0.34.0", "--verify"]);
+    let cal = doctor(&[
+        f.to_str().unwrap(),
+        "--vllm-version",
+        "0.34.0",
+        "--verify",
+        "--calibration",
+        p.to_str().unwrap(),
+    ]);
+    let (a, b) = (&plain.verify[0], &cal.verify[0]);
+    assert!(!a.simulate_args.iter().any(|x| x == "--calibration"));
+    let i = b
+        .simulate_args
+        .iter()
+        .position(|x| x == "--calibration")
+        .unwrap();
+    assert_eq!(b.simulate_args[i + 1], p.to_str().unwrap());
+    // The same observed run, replayed on the slower deployment: fewer tokens per second.
+    let twin = |v: &twin_doctor::verify::VerifyReport, k: &str| v.fit[k].1;
+    assert!(
+        twin(b, "generation_tokens_per_s") < 0.8 * twin(a, "generation_tokens_per_s"),
+        "{:?} vs {:?}",
+        b.fit,
+        a.fit
+    );
+    // A profile that is not one is refused, not ignored.
+    let bad = f.with_file_name("not-a-profile.json");
+    std::fs::write(&bad, "{}").unwrap();
+    let argv: Vec<String> = [
+        f.to_str().unwrap(),
+        "--verify",
+        "--calibration",
+        bad.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let e = twin_doctor::cli::diagnose_args(&argv)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--calibration ") && e.contains("not-a-profile.json"),
+        "{e}"
+    );
+}

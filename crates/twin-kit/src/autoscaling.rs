@@ -17,7 +17,7 @@ pub const WAITING_METRIC: &str = "vllm_num_requests_waiting";
 pub const KV_METRIC: &str = "vllm_kv_cache_usage_perc";
 
 const DO_NOT_SCALE_ON: &[&str] = &[
-    "What NOT to scale on (seed, scenario 4):",
+    "What NOT to scale on (the monitoring guide, scenario 4):",
     "  - CPU utilisation: the engine's work is on the GPU.",
     "  - DCGM_FI_DEV_GPU_UTIL: reads ~100% whenever any kernel runs, however idle the tensor cores are.",
     "  - DCGM_FI_DEV_FB_USED: vLLM preallocates the KV pool at start-up, so memory is \"full\" from the first second.",

@@ -711,7 +711,7 @@ pub fn dashboard_json(opts: &KitOptions) -> Result<String, KitError> {
     l.text("Bottleneck reading notes", BOTTLENECKS, 24, 11);
 
     // ---- Playbooks.
-    l.row("Playbooks (seed: four classic incidents)");
+    l.row("Playbooks (the monitoring guide: four classic incidents)");
     l.text(
         "Playbook 1 — TTFT over SLO, ITL normal",
         PLAYBOOK_TTFT,

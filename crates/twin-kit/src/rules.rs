@@ -572,7 +572,7 @@ pub fn alert_rules(opts: &KitOptions) -> Vec<Alert> {
         severity: "warning",
         summary: "vLLM engine {{ $labels.instance }}/{{ $labels.engine }} is preempting requests".into(),
         description: m(&format!(
-            "rate(vllm:num_preemptions_total[{}]) > {} for {}: the KV block pool is exhausted and running requests are evicted and recomputed (seed: this must be 0 in production).",
+            "rate(vllm:num_preemptions_total[{}]) > {} for {}: the KV block pool is exhausted and running requests are evicted and recomputed (the monitoring guide: this must be 0 in production).",
             duration(pre_w),
             num(pre),
             duration(opts.preemption_for_s)

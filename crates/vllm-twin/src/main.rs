@@ -80,55 +80,7 @@ enum Command {
         args: Vec<String>,
     },
     /// Write the monitoring kit: Grafana dashboard, Prometheus rules and tests, HPA/KEDA.
-    Kit {
-        /// Output directory.
-        #[arg(long)]
-        out: PathBuf,
-        /// Emit `vllm_` metric names (for Prometheus setups that store them that way).
-        #[arg(long)]
-        prefer_underscore: bool,
-        /// TTFT P95 SLO in milliseconds (a vLLM TTFT bucket bound, e.g. 500, 1000, 2500).
-        #[arg(long, value_name = "MS", conflicts_with = "ttft_slo")]
-        slo_ttft_ms: Option<f64>,
-        /// ITL P95 SLO in milliseconds (a vLLM ITL bucket bound, e.g. 50, 100).
-        #[arg(long, value_name = "MS", conflicts_with = "itl_slo")]
-        slo_itl_ms: Option<f64>,
-        /// Old spelling of --slo-ttft-ms, in seconds.
-        #[arg(long, hide = true)]
-        ttft_slo: Option<f64>,
-        /// Old spelling of --slo-itl-ms, in seconds.
-        #[arg(long, hide = true)]
-        itl_slo: Option<f64>,
-        /// KV usage warning / critical thresholds (fractions).
-        #[arg(long)]
-        kv_warning: Option<f64>,
-        #[arg(long)]
-        kv_critical: Option<f64>,
-        /// Waiting requests above this (sustained) alert.
-        #[arg(long)]
-        waiting_threshold: Option<f64>,
-        /// The deployment's --max-num-seqs (threshold line on the dashboard).
-        #[arg(long)]
-        max_num_seqs: Option<u32>,
-        /// Kubernetes namespace / deployment for the HPA and KEDA objects.
-        #[arg(long)]
-        namespace: Option<String>,
-        #[arg(long)]
-        deployment: Option<String>,
-        /// All options as JSON (field names of twin_kit::KitOptions; flags above win).
-        #[arg(long)]
-        options: Option<PathBuf>,
-        /// Also write k8s/tune/: this `vllm-twin tune` sweep (its arguments, quoted as for a
-        /// shell) sharded over a Kubernetes Indexed Job, and the merge Job.
-        #[arg(long, value_name = "TUNE ARGS")]
-        tune_job: Option<String>,
-        /// The tune Job's shards (completions) [default: 8].
-        #[arg(long, value_name = "N", requires = "tune_job")]
-        tune_shards: Option<u32>,
-        /// The tune Job's image (vllm-twin on its PATH) [default: vllm-twin:latest].
-        #[arg(long, value_name = "IMAGE", requires = "tune_job")]
-        tune_image: Option<String>,
-    },
+    Kit(Box<KitArgs>),
     /// Print a shell completion script (every subcommand's real flags, vLLM's included):
     /// `vllm-twin completions bash > /etc/bash_completion.d/vllm-twin`.
     Completions {
@@ -150,6 +102,58 @@ enum Command {
         #[command(subcommand)]
         command: ConformanceCommand,
     },
+}
+
+/// `vllm-twin kit`'s flags.
+#[derive(clap::Args)]
+struct KitArgs {
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Emit `vllm_` metric names (for Prometheus setups that store them that way).
+    #[arg(long)]
+    prefer_underscore: bool,
+    /// TTFT P95 SLO in milliseconds (a vLLM TTFT bucket bound, e.g. 500, 1000, 2500).
+    #[arg(long, value_name = "MS", conflicts_with = "ttft_slo")]
+    slo_ttft_ms: Option<f64>,
+    /// ITL P95 SLO in milliseconds (a vLLM ITL bucket bound, e.g. 50, 100).
+    #[arg(long, value_name = "MS", conflicts_with = "itl_slo")]
+    slo_itl_ms: Option<f64>,
+    /// Old spelling of --slo-ttft-ms, in seconds.
+    #[arg(long, hide = true)]
+    ttft_slo: Option<f64>,
+    /// Old spelling of --slo-itl-ms, in seconds.
+    #[arg(long, hide = true)]
+    itl_slo: Option<f64>,
+    /// KV usage warning / critical thresholds (fractions).
+    #[arg(long)]
+    kv_warning: Option<f64>,
+    #[arg(long)]
+    kv_critical: Option<f64>,
+    /// Waiting requests above this (sustained) alert.
+    #[arg(long)]
+    waiting_threshold: Option<f64>,
+    /// The deployment's --max-num-seqs (threshold line on the dashboard).
+    #[arg(long)]
+    max_num_seqs: Option<u32>,
+    /// Kubernetes namespace / deployment for the HPA and KEDA objects.
+    #[arg(long)]
+    namespace: Option<String>,
+    #[arg(long)]
+    deployment: Option<String>,
+    /// All options as JSON (field names of twin_kit::KitOptions; flags above win).
+    #[arg(long)]
+    options: Option<PathBuf>,
+    /// Also write k8s/tune/: this `vllm-twin tune` sweep (its arguments, quoted as for a
+    /// shell) sharded over a Kubernetes Indexed Job, and the merge Job.
+    #[arg(long, value_name = "TUNE ARGS")]
+    tune_job: Option<String>,
+    /// The tune Job's shards (completions) [default: 8].
+    #[arg(long, value_name = "N", requires = "tune_job")]
+    tune_shards: Option<u32>,
+    /// The tune Job's image (vllm-twin on its PATH) [default: vllm-twin:latest].
+    #[arg(long, value_name = "IMAGE", requires = "tune_job")]
+    tune_image: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -216,24 +220,25 @@ fn main() -> ExitCode {
         },
         Command::Calibrate { args } => Ok(twin_calibrate::cli::calibrate_main(&args)),
         Command::Sandbox { args } => Ok(twin_sandbox::cli::sandbox_main(&args)),
-        Command::Kit {
-            out,
-            prefer_underscore,
-            slo_ttft_ms,
-            slo_itl_ms,
-            ttft_slo,
-            itl_slo,
-            kv_warning,
-            kv_critical,
-            waiting_threshold,
-            max_num_seqs,
-            namespace,
-            deployment,
-            options,
-            tune_job,
-            tune_shards,
-            tune_image,
-        } => (|| -> Result<ExitCode> {
+        Command::Kit(kit) => (|| -> Result<ExitCode> {
+            let KitArgs {
+                out,
+                prefer_underscore,
+                slo_ttft_ms,
+                slo_itl_ms,
+                ttft_slo,
+                itl_slo,
+                kv_warning,
+                kv_critical,
+                waiting_threshold,
+                max_num_seqs,
+                namespace,
+                deployment,
+                options,
+                tune_job,
+                tune_shards,
+                tune_image,
+            } = *kit;
             let mut opts = match &options {
                 Some(p) => {
                     let text = fs::read_to_string(p)

@@ -168,3 +168,39 @@ fn bad_tune_input_is_refused_naming_the_flag() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn tune_honours_a_calibration_profile() {
+    // A deployment whose weights stream at half the default speed sustains less goodput.
+    let d = dir("calibration");
+    std::fs::create_dir_all(&d).unwrap();
+    let profile = d.join("slow.json");
+    let text = serde_json::json!({
+        "schema": "vllm-twin-calibration/1",
+        "terms": {"weight_stream": 0.5},
+        "fitted_on": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm",
+                      "tensor_parallel_size": 1}
+    });
+    std::fs::write(&profile, text.to_string()).unwrap();
+    let mut plain: Vec<&str> = SWEEP.to_vec();
+    plain.push("--json");
+    let mut cal = plain.clone();
+    cal.extend(["--calibration", profile.to_str().unwrap()]);
+    let (a, b) = (tune(&plain), tune(&cal));
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let score = |o: &std::process::Output| -> f64 {
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["best"]["score"].as_f64().unwrap()
+    };
+    assert!(
+        score(&b) < 0.9 * score(&a),
+        "{} vs {}",
+        score(&b),
+        score(&a)
+    );
+    // A profile that is not one is an error naming it.
+    std::fs::write(&profile, "{}").unwrap();
+    let bad = tune(&cal);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("slow.json"));
+}
