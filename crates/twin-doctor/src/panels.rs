@@ -139,6 +139,12 @@ pub struct Signals {
     pub load_unseen: bool,
     /// `vllm:cache_config_info` labels.
     pub cache_config: BTreeMap<String, String>,
+    /// Seconds the server had been up at the last scrape (its time less the counters'
+    /// `_created`); `None` for scrapes without a time or without `_created`.
+    pub uptime_s: Option<f64>,
+    /// One scrape: its counts over the uptime (rates since the server started).
+    pub since_start_requests_per_s: Option<f64>,
+    pub since_start_generation_tokens_per_s: Option<f64>,
     pub model_names: Vec<String>,
     pub engines: Vec<String>,
 }
@@ -567,7 +573,33 @@ pub fn compute(instance: &str, snaps: &[Snapshot], sel: &Selector) -> Signals {
     sig.kv_high_sustained_s = sustained_span(snaps, &w.sel, "vllm:kv_cache_usage_perc", true, 0.65);
     sig.waiting_high_sustained_s =
         sustained_span(snaps, &w.sel, "vllm:num_requests_waiting", false, 3.0);
+    sig.uptime_s = uptime_s(snaps[snaps.len() - 1].t_s, last);
+    if sig.cumulative {
+        // One scrape's counts are since start; the counters' `_created` says when that was.
+        let since = |x: f64| sig.uptime_s.map(|u| x / u);
+        sig.since_start_requests_per_s = since(sig.requests_finished);
+        sig.since_start_generation_tokens_per_s = since(sig.generation_tokens);
+    }
     sig
+}
+
+/// The oldest `_created` of vLLM's request counters precedes the scrape by the server's
+/// uptime (prometheus_client exports `_created` for every counter child). Scrapes without a
+/// time (plain text files) or without `_created` say nothing.
+fn uptime_s(t_s: f64, scrape: &Scrape) -> Option<f64> {
+    const MAX_UPTIME_S: f64 = 366.0 * 86_400.0;
+    let created = [
+        "vllm:request_success_created",
+        "vllm:prompt_tokens_created",
+        "vllm:generation_tokens_created",
+    ]
+    .iter()
+    .flat_map(|n| scrape.series(n))
+    .map(|x| x.value)
+    .filter(|v| v.is_finite() && *v > 0.0)
+    .fold(f64::INFINITY, f64::min);
+    let up = t_s - created;
+    (t_s > 0.0 && created.is_finite() && up > 0.0 && up < MAX_UPTIME_S).then_some(up)
 }
 
 /// Longest span (s) of consecutive scrapes whose gauge (summed over the selected series,
@@ -647,6 +679,34 @@ fn stalled_span(snaps: &[Snapshot], sel: &[(&str, &str)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_timed_scrape_reads_the_uptime_from_the_counters_created() {
+        let text = "# TYPE vllm:request_success counter\n\
+             vllm:request_success_total{finished_reason=\"stop\"} 3600\n\
+             vllm:request_success_created{finished_reason=\"stop\"} 1000000\n\
+             # TYPE vllm:generation_tokens counter\n\
+             vllm:generation_tokens_total 720000\n\
+             vllm:generation_tokens_created 1000000\n";
+        let scrape = twin_metrics::parser::parse(text).unwrap();
+        let at = |t_s: f64| {
+            compute(
+                "x",
+                &[Snapshot {
+                    t_s,
+                    scrape: scrape.clone(),
+                }],
+                &Selector::default(),
+            )
+        };
+        let sig = at(1_007_200.0);
+        assert_eq!(sig.uptime_s, Some(7200.0));
+        assert_eq!(sig.since_start_requests_per_s, Some(0.5));
+        assert_eq!(sig.since_start_generation_tokens_per_s, Some(100.0));
+        // A file without a time, or a time before the counters existed: no uptime.
+        assert_eq!(at(0.0).uptime_s, None);
+        assert_eq!(at(999_000.0).uptime_s, None);
+    }
 
     #[test]
     fn a_restart_between_scrapes_counts_the_new_life_whole() {

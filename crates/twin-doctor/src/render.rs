@@ -203,7 +203,14 @@ fn plan_text(d: &Diagnosis, out: &mut String) {
 
 fn panels_text(s: &Signals, out: &mut String) {
     let window = match (s.cumulative, s.window_s) {
-        (true, _) => "since server start (one scrape)".to_string(),
+        (true, _) => match (s.uptime_s, s.since_start_requests_per_s) {
+            (Some(up), Some(rps)) => format!(
+                "since server start {:.1} h ago (one scrape; its counters' _created): {rps:.2} req/s, {:.0} output tok/s on average",
+                up / 3600.0,
+                s.since_start_generation_tokens_per_s.unwrap_or(0.0)
+            ),
+            _ => "since server start (one scrape)".to_string(),
+        },
         (false, Some(w)) => format!("over {w:.0} s, {} scrapes", s.num_scrapes),
         _ => format!("{} scrapes", s.num_scrapes),
     };

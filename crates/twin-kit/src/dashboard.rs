@@ -361,7 +361,7 @@ impl Layout {
 }
 
 const BOTTLENECKS: &str = r#"
-**Reading the GPU layer (seed: three physical bottlenecks).** `DCGM_FI_DEV_GPU_UTIL` (nvidia-smi's utilisation) reads ~100% whenever any kernel runs, and `DCGM_FI_DEV_FB_USED` sits at `--gpu-memory-utilization` from start-up because vLLM preallocates the KV pool: neither says anything about load. Cross-read vLLM metrics with the DCGM profiling fields:
+**Reading the GPU layer (the monitoring guide: three physical bottlenecks).** `DCGM_FI_DEV_GPU_UTIL` (nvidia-smi's utilisation) reads ~100% whenever any kernel runs, and `DCGM_FI_DEV_FB_USED` sits at `--gpu-memory-utilization` from start-up because vLLM preallocates the KV pool: neither says anything about load. Cross-read vLLM metrics with the DCGM profiling fields:
 
 | Bottleneck | vLLM signature | DCGM signature | What helps |
 |---|---|---|---|

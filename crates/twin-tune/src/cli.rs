@@ -83,22 +83,120 @@ fn take_flags(args: &[String], valued: &[&str], bare: &[&str]) -> Result<SplitAr
     Ok((ours, rest))
 }
 
+/// tune's own flags: (name, value name or `None` for a bare flag, help).
+const TUNE_FLAGS: &[(&str, Option<&str>, &str)] = &[
+    (
+        "gpus",
+        Some("N"),
+        "GPUs per deployment: every TP x DP split of N is searched [default: 1]",
+    ),
+    (
+        "objective",
+        Some("KIND"),
+        "goodput (default), cost (GPUs per req/s) or tokens-per-gpu",
+    ),
+    (
+        "search",
+        Some("NAME=V1,V2"),
+        "values of one axis (repeatable; `default` = vLLM's default)",
+    ),
+    (
+        "halving",
+        Some("MODE"),
+        "successive halving: auto (default), on or off",
+    ),
+    (
+        "shard",
+        Some("i/N"),
+        "run the i-th of N deterministic slices (then `tune merge`)",
+    ),
+    (
+        "out",
+        Some("DIR"),
+        "write results.json and pareto.svg (a shard: shard-i-of-N.json)",
+    ),
+    (
+        "threads",
+        Some("T"),
+        "simulations at once [default: one per core]",
+    ),
+    (
+        "max-minutes",
+        Some("M"),
+        "refuse a sweep estimated to take longer [default: 10]",
+    ),
+    ("top", Some("K"), "rows of the ranked table [default: 20]"),
+    ("json", None, "print the result as JSON"),
+    ("yes", None, "run a sweep over --max-minutes anyway"),
+];
+
+/// `vllm-twin tune`'s clap command: simulate's (MODEL, every `vllm serve` flag, the workload
+/// and SLO flags) less its output flags, plus tune's own. It checks the whole line (typos get
+/// a suggestion), renders `--help`, and feeds completions and man pages.
+pub fn tune_command() -> clap::Command {
+    use clap::{Arg, ArgAction};
+    use twin_sim::engine_args::{simulate_command, MODELLED_VLLM_FLAGS};
+    let sim = simulate_command("vllm-twin tune", MODELLED_VLLM_FLAGS);
+    let own: Vec<&str> = TUNE_FLAGS.iter().map(|f| f.0).collect();
+    let inherited: Vec<Arg> = sim
+        .get_arguments()
+        .filter(|a| {
+            let id = a.get_id().as_str();
+            !own.contains(&id)
+                && ![
+                    "find-max-rate",
+                    "from",
+                    "metrics-out",
+                    "scrapes-out",
+                    "scrape-interval",
+                ]
+                .contains(&id)
+        })
+        .cloned()
+        .collect();
+    clap::Command::new("vllm-twin tune")
+        .no_binary_name(true)
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .args_override_self(true)
+        .allow_negative_numbers(true)
+        .about("The best vLLM flags for a workload under SLOs: each config's max sustainable rate.")
+        .args(inherited)
+        .args(TUNE_FLAGS.iter().map(|&(name, value, help)| {
+            let arg = Arg::new(name)
+                .long(name)
+                .help(help)
+                .help_heading("Tune flags");
+            match (name, value) {
+                ("search", Some(v)) => arg.value_name(v).action(ArgAction::Append),
+                (_, Some(v)) => arg.value_name(v).action(ArgAction::Set),
+                (_, None) => arg.action(ArgAction::SetTrue),
+            }
+        }))
+        .after_help(USAGE)
+}
+
 fn parse_tune_args(args: &[String]) -> Result<TuneArgs, TuneError> {
-    let (ours, base_args) = take_flags(
-        args,
-        &[
-            "--gpus",
-            "--objective",
-            "--search",
-            "--halving",
-            "--shard",
-            "--out",
-            "--threads",
-            "--max-minutes",
-            "--top",
-        ],
-        &["--json", "--yes"],
-    )?;
+    // clap checks the whole line first: an unknown or misspelt flag names itself (with a
+    // suggestion) instead of reaching simulate's parser as part of the base line.
+    let argv = twin_sim::engine_args::checked_argv(args).map_err(|e| bad("tune", e.to_string()))?;
+    if let Err(e) = tune_command().try_get_matches_from(&argv) {
+        let e = twin_sim::engine_args::clap_error(e, "tune");
+        return Err(bad("tune", e.to_string()));
+    }
+    let valued: Vec<String> = TUNE_FLAGS
+        .iter()
+        .filter(|f| f.1.is_some())
+        .map(|f| format!("--{}", f.0))
+        .collect();
+    let bare: Vec<String> = TUNE_FLAGS
+        .iter()
+        .filter(|f| f.1.is_none())
+        .map(|f| format!("--{}", f.0))
+        .collect();
+    let valued: Vec<&str> = valued.iter().map(String::as_str).collect();
+    let bare: Vec<&str> = bare.iter().map(String::as_str).collect();
+    let (ours, base_args) = take_flags(args, &valued, &bare)?;
     let mut t = TuneArgs {
         spec: TuneSpec {
             base_args,
@@ -239,7 +337,7 @@ fn print_result(
 /// `vllm-twin tune ARGS`: 0 with a winner, 1 when the SLOs are out of reach, 2 on bad input.
 pub fn tune_main(args: &[String]) -> ExitCode {
     if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
+        println!("{}", tune_command().render_help());
         return ExitCode::SUCCESS;
     }
     let run = || -> Result<ExitCode, String> {

@@ -20,6 +20,7 @@ fn real_subcommand(name: &str) -> Option<clap::Command> {
         "doctor" => ("doctor", twin_doctor::cli::doctor_command()),
         "sandbox" => ("sandbox", twin_sandbox::cli::sandbox_command()),
         "calibrate" => ("calibrate", twin_calibrate::cli::command()),
+        "tune" => ("tune", twin_tune::cli::tune_command()),
         _ => return None,
     };
     // Hidden flags (serve's refused simulate flags) are not offered: clap_complete would.

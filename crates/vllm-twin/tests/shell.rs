@@ -70,6 +70,11 @@ fn bash_completes_every_subcommands_real_flags() {
         (&["vllm-twin", "sandbox", "--po"][..], "--port"),
         (&["vllm-twin", "kit", "--kv-w"][..], "--kv-warning"),
         (&["vllm-twin", "calibrate", "--max-ev"][..], "--max-evals"),
+        (&["vllm-twin", "tune", "--objec"][..], "--objective"),
+        (
+            &["vllm-twin", "tune", "--max-num-b"][..],
+            "--max-num-batched-tokens",
+        ),
     ] {
         let got = bash_complete(&script, words);
         assert!(got.iter().any(|g| g == want), "{words:?}: {got:?}");
