@@ -244,24 +244,23 @@ struct Group {
 const MULT_LO: f64 = -2.995_732_273_553_991; // ln 0.05
 const MULT_HI: f64 = 2.995_732_273_553_991; // ln 20
 
+/// A multiplier on the cost model's speed, searched in log space within its bounds.
+const fn multiplier(terms: &'static [&'static str]) -> Group {
+    Group {
+        terms,
+        scale: Scale::Log,
+        lo: MULT_LO,
+        hi: MULT_HI,
+        step: 0.3,
+    }
+}
+
 /// Aggregate latencies (bench, timelines) see a memory-bound speed (decode), a compute-bound
 /// speed (prefill) and a fixed cost per step: the terms are tied in those three groups. The
 /// last is told apart from the memory-bound speed only by inputs at two or more loads.
 const TIED: [Group; 3] = [
-    Group {
-        terms: &["weight_stream", "attention_decode"],
-        scale: Scale::Log,
-        lo: MULT_LO,
-        hi: MULT_HI,
-        step: 0.3,
-    },
-    Group {
-        terms: &["gemm", "attention_prefill"],
-        scale: Scale::Log,
-        lo: MULT_LO,
-        hi: MULT_HI,
-        step: 0.3,
-    },
+    multiplier(&["weight_stream", "attention_decode"]),
+    multiplier(&["gemm", "attention_prefill"]),
     Group {
         terms: &["step_overhead_s"],
         scale: Scale::Ms,
@@ -273,34 +272,10 @@ const TIED: [Group; 3] = [
 
 /// Step timings over varied shapes identify each term on its own.
 const FREE: [Group; 6] = [
-    Group {
-        terms: &["weight_stream"],
-        scale: Scale::Log,
-        lo: MULT_LO,
-        hi: MULT_HI,
-        step: 0.3,
-    },
-    Group {
-        terms: &["gemm"],
-        scale: Scale::Log,
-        lo: MULT_LO,
-        hi: MULT_HI,
-        step: 0.3,
-    },
-    Group {
-        terms: &["attention_decode"],
-        scale: Scale::Log,
-        lo: MULT_LO,
-        hi: MULT_HI,
-        step: 0.3,
-    },
-    Group {
-        terms: &["attention_prefill"],
-        scale: Scale::Log,
-        lo: MULT_LO,
-        hi: MULT_HI,
-        step: 0.3,
-    },
+    multiplier(&["weight_stream"]),
+    multiplier(&["gemm"]),
+    multiplier(&["attention_decode"]),
+    multiplier(&["attention_prefill"]),
     Group {
         terms: &["step_overhead_s"],
         scale: Scale::Ms,
