@@ -255,19 +255,22 @@ const fn multiplier(terms: &'static [&'static str]) -> Group {
     }
 }
 
+/// Seconds added to every step, searched in milliseconds (a little below 0 to 200 ms).
+const STEP_OVERHEAD: Group = Group {
+    terms: &["step_overhead_s"],
+    scale: Scale::Ms,
+    lo: -0.5,
+    hi: 200.0,
+    step: 0.5,
+};
+
 /// Aggregate latencies (bench, timelines) see a memory-bound speed (decode), a compute-bound
 /// speed (prefill) and a fixed cost per step: the terms are tied in those three groups. The
 /// last is told apart from the memory-bound speed only by inputs at two or more loads.
 const TIED: [Group; 3] = [
     multiplier(&["weight_stream", "attention_decode"]),
     multiplier(&["gemm", "attention_prefill"]),
-    Group {
-        terms: &["step_overhead_s"],
-        scale: Scale::Ms,
-        lo: -0.5,
-        hi: 200.0,
-        step: 0.5,
-    },
+    STEP_OVERHEAD,
 ];
 
 /// Step timings over varied shapes identify each term on its own.
@@ -276,13 +279,7 @@ const FREE: [Group; 6] = [
     multiplier(&["gemm"]),
     multiplier(&["attention_decode"]),
     multiplier(&["attention_prefill"]),
-    Group {
-        terms: &["step_overhead_s"],
-        scale: Scale::Ms,
-        lo: -0.5,
-        hi: 200.0,
-        step: 0.5,
-    },
+    STEP_OVERHEAD,
     Group {
         terms: &["per_seq_overhead_s"],
         scale: Scale::Us,

@@ -365,23 +365,7 @@ impl<'a> Window<'a> {
         let v: Vec<f64> = self
             .snaps
             .iter()
-            .filter_map(|s| {
-                let xs: Vec<f64> = s
-                    .scrape
-                    .series(name)
-                    .into_iter()
-                    .filter(|x| x.matches(&self.sel))
-                    .map(|x| x.value)
-                    .filter(|v| v.is_finite())
-                    .collect();
-                if xs.is_empty() {
-                    None
-                } else if mean {
-                    Some(xs.iter().sum::<f64>() / xs.len() as f64)
-                } else {
-                    Some(xs.iter().sum())
-                }
-            })
+            .filter_map(|s| gauge_reading(&s.scrape, name, &self.sel, mean))
             .collect();
         GaugeStats::of(&v)
     }
@@ -602,6 +586,23 @@ fn uptime_s(t_s: f64, scrape: &Scrape) -> Option<f64> {
     (t_s > 0.0 && created.is_finite() && up > 0.0 && up < MAX_UPTIME_S).then_some(up)
 }
 
+/// One scrape's gauge: the sum of the selected series' finite values, or their mean.
+fn gauge_reading(s: &Scrape, name: &str, sel: &[(&str, &str)], mean: bool) -> Option<f64> {
+    let xs: Vec<f64> = s
+        .series(name)
+        .into_iter()
+        .filter(|x| x.matches(sel) && x.value.is_finite())
+        .map(|x| x.value)
+        .collect();
+    if xs.is_empty() {
+        None
+    } else if mean {
+        Some(xs.iter().sum::<f64>() / xs.len() as f64)
+    } else {
+        Some(xs.iter().sum())
+    }
+}
+
 /// Longest span (s) of consecutive scrapes whose gauge (summed over the selected series,
 /// or their mean) is above `line`.
 fn sustained_span(
@@ -611,21 +612,7 @@ fn sustained_span(
     mean: bool,
     line: f64,
 ) -> f64 {
-    let value = |s: &Scrape| {
-        let xs: Vec<f64> = s
-            .series(name)
-            .into_iter()
-            .filter(|x| x.matches(sel) && x.value.is_finite())
-            .map(|x| x.value)
-            .collect();
-        if xs.is_empty() {
-            None
-        } else if mean {
-            Some(xs.iter().sum::<f64>() / xs.len() as f64)
-        } else {
-            Some(xs.iter().sum())
-        }
-    };
+    let value = |s: &Scrape| gauge_reading(s, name, sel, mean);
     let mut best: f64 = 0.0;
     let mut start: Option<f64> = None;
     for s in snaps {

@@ -200,7 +200,8 @@ pub fn tune_job_files(opts: &KitOptions, t: &TuneJob) -> Result<Vec<(String, Str
             },
         },
     });
-    let head = |lines: &[&str]| -> String { lines.iter().map(|l| format!("# {l}\n")).collect() };
+    let head = crate::rules::generated_header;
+
     Ok(vec![
         (
             crate::paths::TUNE_PVC.into(),

@@ -62,10 +62,12 @@ pub struct Threshold {
     pub color: &'static str,
 }
 
-fn esc(s: &str) -> String {
+/// Text for SVG or HTML (element content and attribute values).
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// A line chart with axes, ticks and a legend.

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::charts::esc;
 use crate::report::Report;
 
 /// Grid geometry, fixed so a screenshot's cells are where a test expects them.
@@ -12,13 +13,6 @@ pub const GRID_GAP_PX: u32 = 16;
 pub const CHART_WIDTH_PX: u32 = 720;
 pub const CHART_HEIGHT_PX: u32 = 320;
 pub const GRID_COLUMNS: u32 = 2;
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// The page: `charts` as [`crate::charts::all`] makes them, `text` the terminal report.
 pub fn render(report: &Report, charts: &[(&'static str, String)], text: &str) -> String {
