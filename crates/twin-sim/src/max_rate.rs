@@ -7,8 +7,43 @@
 use serde::Serialize;
 use twin_workload::{ArrivalProcess, Arrivals, RateProfile};
 
+use crate::fleet::FleetConfig;
 use crate::report::{ReportBuilder, Slo};
 use crate::{SimConfig, SimError, Startup};
+
+/// What a search runs at each rate: one `vllm serve` (its DP ranks included) or a fleet of
+/// them behind a router.
+#[derive(Clone, Copy)]
+pub enum RateTarget<'a> {
+    Engine {
+        config: &'a SimConfig,
+        startup: &'a Startup,
+    },
+    Fleet(&'a FleetConfig),
+}
+
+impl RateTarget<'_> {
+    pub fn workload(&self) -> &twin_workload::WorkloadSpec {
+        match self {
+            RateTarget::Engine { config, .. } => &config.workload,
+            RateTarget::Fleet(f) => &f.workload,
+        }
+    }
+
+    /// One run of the workload at `factor` times its rate (the same requests, the gaps scaled).
+    pub fn run_at_factor(&self, slo: Slo, factor: f64) -> Result<crate::Report, SimError> {
+        match *self {
+            RateTarget::Engine { config, startup } => run_at_factor(config, startup, slo, factor),
+            RateTarget::Fleet(fleet) => {
+                let mut fc = fleet.clone();
+                fc.workload.arrivals = scaled(&fleet.workload.arrivals, factor);
+                let mut b = ReportBuilder::new(slo).with_workload(&fc.workload);
+                crate::fleet::run_fleet(&fc, slo, None, &mut b)?;
+                Ok(b.finish(fc.num_engines()))
+            }
+        }
+    }
+}
 
 /// Share of requests that must meet every SLO (the goodput share) for a rate to count.
 pub const SLO_ATTAINMENT: f64 = 0.95;
@@ -145,13 +180,12 @@ pub fn run_at_factor(
 }
 
 fn probe(
-    config: &SimConfig,
-    startup: &Startup,
+    target: RateTarget<'_>,
     slo: Slo,
     factor: f64,
     nominal: f64,
 ) -> Result<RateProbe, SimError> {
-    let r = run_at_factor(config, startup, slo, factor)?;
+    let r = target.run_at_factor(slo, factor)?;
     let goodput_share = if r.requests_per_s > 0.0 {
         r.goodput_requests_per_s / r.requests_per_s
     } else {
@@ -162,6 +196,16 @@ fn probe(
         reasons.push(format!(
             "the queue grew ({:.2} s → {:.2} s)",
             o.queue_early_mean_s, o.queue_late_mean_s
+        ));
+    }
+    if r.overload.is_none() && slo == Slo::default() {
+        // Nothing else can judge the rate: a short burst fits in the batch at any rate.
+        reasons.push(format!(
+            "too few requests to judge at this rate ({} arrive in {:.1} s; a verdict needs \
+             {:.0} s of arrivals: raise --num-requests or give --slo-*)",
+            target.workload().num_requests,
+            target.workload().num_requests as f64 / (nominal * factor),
+            crate::overload::MIN_ARRIVAL_SPAN_S
         ));
     }
     if slo != Slo::default() && goodput_share < SLO_ATTAINMENT {
@@ -225,6 +269,16 @@ pub fn find_max_rate_with(
     slo: Slo,
     options: SearchOptions,
 ) -> Result<MaxRateSearch, SimError> {
+    search(RateTarget::Engine { config, startup }, slo, options)
+}
+
+/// The search over any [`RateTarget`]: a fleet's max rate is the whole fleet's, behind its
+/// router (and autoscaler, when it has one).
+pub fn search(
+    target: RateTarget<'_>,
+    slo: Slo,
+    options: SearchOptions,
+) -> Result<MaxRateSearch, SimError> {
     let SearchOptions {
         start_factor,
         growth,
@@ -242,10 +296,10 @@ pub fn find_max_rate_with(
             message: format!("invalid search options {options:?}"),
         });
     }
-    let (nominal, rate_meaning) = nominal_rate(&config.workload)?;
+    let (nominal, rate_meaning) = nominal_rate(target.workload())?;
     let mut probes = Vec::new();
     let run = |factor: f64, probes: &mut Vec<RateProbe>| -> Result<bool, SimError> {
-        let p = probe(config, startup, slo, factor, nominal)?;
+        let p = probe(target, slo, factor, nominal)?;
         let ok = p.sustained;
         probes.push(p);
         Ok(ok)

@@ -15,6 +15,9 @@ pub const QUEUE_GROWTH_FLOOR_S: f64 = 0.5;
 
 /// Fewer arrivals than this give no verdict (the fifths would be a handful of requests).
 pub const MIN_ARRIVALS_FOR_VERDICT: u64 = 50;
+/// Arrival windows shorter than this give no verdict: queue time is binned by whole seconds,
+/// and a short burst is absorbed by the batch whatever the rate.
+pub const MIN_ARRIVAL_SPAN_S: f64 = 5.0;
 
 /// Queue time (arrival → first scheduled) summed per arrival second.
 #[derive(Clone, Debug, Default)]
@@ -57,7 +60,7 @@ impl QueueTrend {
     pub fn verdict(&self, open_loop: bool, served_requests_per_s: f64) -> Option<Overload> {
         let first = self.first_arrival_s?;
         let span_s = self.last_arrival_s - first;
-        if !open_loop || self.arrivals < MIN_ARRIVALS_FOR_VERDICT || span_s < 5.0 {
+        if !open_loop || self.arrivals < MIN_ARRIVALS_FOR_VERDICT || span_s < MIN_ARRIVAL_SPAN_S {
             return None;
         }
         let fifth = span_s / 5.0;

@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use twin_sim::engine_args::{parse_simulate_args, SimulateArgs};
-use twin_sim::max_rate::{find_max_rate_with, run_at_factor, SearchOptions};
+use twin_sim::fleet::FleetConfig;
+use twin_sim::max_rate::{RateTarget, SearchOptions};
 use twin_sim::{SimConfig, SimError, Slo, Startup};
 
 pub use space::Axis;
@@ -214,11 +215,20 @@ pub struct Row {
 pub struct Best {
     pub index: usize,
     pub flags: Vec<String>,
-    /// Pasteable: `vllm serve MODEL` with the fixed and the winning flags.
+    /// Pasteable: `vllm serve MODEL` with the fixed and the winning flags (one replica's).
     pub vllm_serve: String,
+    /// How many such `vllm serve`s (`split=TPxDPxR`), behind `router` when more than one.
+    #[serde(default = "one")]
+    pub replicas: usize,
+    #[serde(default)]
+    pub router: Option<String>,
     pub score: f64,
     /// The default configuration's score (candidate 0) on the same rung, when it has one.
     pub default_score: Option<f64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// The whole sweep's answer (`tune --json`, `results.json`, `tune merge`).
@@ -249,32 +259,127 @@ pub struct SloMs {
     pub e2e_ms: Option<f64>,
 }
 
+/// Reads each named file once per cache.
+fn cached_read(cache: &RefCell<HashMap<String, String>>, p: &str) -> Result<String, String> {
+    if let Some(t) = cache.borrow().get(p) {
+        return Ok(t.clone());
+    }
+    let t = std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?;
+    cache.borrow_mut().insert(p.to_string(), t.clone());
+    Ok(t)
+}
+
 /// Parse `simulate` arguments, reading each named file once per call site.
 fn parse_with_cache(
     args: &[String],
     cache: &RefCell<HashMap<String, String>>,
 ) -> Result<SimulateArgs, SimError> {
-    let read = |p: &str| -> Result<String, String> {
-        if let Some(t) = cache.borrow().get(p) {
-            return Ok(t.clone());
+    parse_simulate_args(args, &|p| cached_read(cache, p))
+}
+
+/// What a candidate starts: one `vllm serve`, or replicas of it behind the router.
+#[derive(Clone)]
+enum Started {
+    Engine(SimConfig, Box<Startup>),
+    Fleet(Box<FleetConfig>),
+}
+
+impl Started {
+    fn target(&self) -> RateTarget<'_> {
+        match self {
+            Started::Engine(config, startup) => RateTarget::Engine { config, startup },
+            Started::Fleet(f) => RateTarget::Fleet(f),
         }
-        let t = std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?;
-        cache.borrow_mut().insert(p.to_string(), t.clone());
-        Ok(t)
-    };
-    parse_simulate_args(args, &read)
+    }
+
+    /// The same candidate on `n` requests of the workload.
+    fn with_num_requests(&self, n: usize) -> Started {
+        let mut s = self.clone();
+        match &mut s {
+            Started::Engine(c, _) => c.workload.num_requests = n,
+            Started::Fleet(f) => f.workload.num_requests = n,
+        }
+        s
+    }
+
+    fn num_requests(&self) -> usize {
+        self.target().workload().num_requests
+    }
+
+    /// GPUs in all: TP × PP × DP per engine, times the replicas.
+    fn gpus(&self) -> usize {
+        let per_engine = |c: &SimConfig| {
+            (c.serve.tensor_parallel_size as usize)
+                * (c.serve.pipeline_parallel_size as usize)
+                * c.data_parallel_size.max(1)
+        };
+        match self {
+            Started::Engine(c, _) => per_engine(c),
+            Started::Fleet(f) => f
+                .pools
+                .iter()
+                .map(|p| p.replicas * per_engine(&p.config))
+                .sum(),
+        }
+    }
+
+    /// Candidates with equal keys start the same engines (memory plan, scheduler, knobs) in
+    /// the same number behind the same router.
+    fn key(&self) -> String {
+        let engine = |cfg: &SimConfig, st: &Startup| {
+            format!(
+                "{:?}|{:?}|{:?}|{}",
+                st.plan, st.scheduler, cfg.knobs, cfg.data_parallel_size
+            )
+        };
+        match self {
+            Started::Engine(c, st) => engine(c, st),
+            Started::Fleet(f) => {
+                let pools: Vec<String> = f
+                    .pools
+                    .iter()
+                    .map(|p| format!("{}x[{}]", p.replicas, engine(&p.config, &p.startup)))
+                    .collect();
+                format!("{}|{:?}", pools.join(","), f.router)
+            }
+        }
+    }
+}
+
+/// Start a candidate's command line: a fleet when it asks for more than one replica.
+fn start(args: &[String], cache: &RefCell<HashMap<String, String>>) -> Result<Started, SimError> {
+    let parsed = parse_with_cache(args, cache)?;
+    match &parsed.fleet {
+        Some(f) if f.replicas.unwrap_or(1) > 1 => {
+            let read = |p: &str| cached_read(cache, p);
+            let fc = twin_sim::fleet::from_args(args, &parsed, f, &read)?;
+            Ok(Started::Fleet(Box::new(fc)))
+        }
+        // One replica: the router has nothing to choose.
+        _ => {
+            let st = twin_sim::startup(&parsed.config)?;
+            Ok(Started::Engine(parsed.config, Box::new(st)))
+        }
+    }
 }
 
 /// The base command line, checked: it must parse and describe one `vllm serve` at a rate.
 pub fn check_base(base_args: &[String]) -> Result<SimulateArgs, TuneError> {
     let parsed = parse_with_cache(base_args, &RefCell::new(HashMap::new()))?;
-    if parsed.fleet.is_some() {
-        return Err(TuneError::Spec {
-            field: "tune".into(),
-            message: "tunes one `vllm serve` (its TP × DP split included); fleet flags \
-                      (--replicas, --router, ...) are not searched yet"
-                .into(),
-        });
+    if let Some(f) = &parsed.fleet {
+        if f.replicas.is_some()
+            || f.replica_spec.is_some()
+            || f.autoscale.is_some()
+            || f.pd.is_some()
+        {
+            return Err(TuneError::Spec {
+                field: "tune".into(),
+                message: "tunes replicas of one `vllm serve` behind --router: search their \
+                          number with --search split=TPxDPxR (e.g. 1x1x4); --replicas, \
+                          --replica-spec, --autoscale and --pd are not searched"
+                    .into(),
+            });
+        }
     }
     if parsed.find_max_rate || parsed.out_dir.is_some() || parsed.metrics_out.is_some() {
         return Err(TuneError::Spec {
@@ -319,14 +424,7 @@ fn baseline_flags(spec: &TuneSpec) -> Vec<String> {
 
 struct Prepared {
     candidate: Candidate,
-    config: Option<(SimConfig, Startup)>,
-}
-
-fn engine_key(cfg: &SimConfig, st: &Startup) -> String {
-    format!(
-        "{:?}|{:?}|{:?}|{}",
-        st.plan, st.scheduler, cfg.knobs, cfg.data_parallel_size
-    )
+    config: Option<Started>,
 }
 
 /// Candidate 0 is the baseline; 1.. the grid. Start-up failures are pruned, equal engines
@@ -353,17 +451,11 @@ fn prepare(spec: &TuneSpec) -> Result<(Vec<Prepared>, Slo), TuneError> {
             |cache, (index, flags)| {
                 let mut args = spec.base_args.clone();
                 args.extend(flags.iter().cloned());
-                let started = parse_with_cache(&args, cache)
-                    .and_then(|p| twin_sim::startup(&p.config).map(|st| (p.config, st)));
-                let (pruned, config) = match started {
+                let (pruned, config) = match start(&args, cache) {
                     Ok(c) => (None, Some(c)),
                     Err(e) => (Some(e.to_string()), None),
                 };
-                let gpus = config.as_ref().map_or(0, |(c, _)| {
-                    (c.serve.tensor_parallel_size as usize)
-                        * (c.serve.pipeline_parallel_size as usize)
-                        * c.data_parallel_size.max(1)
-                });
+                let gpus = config.as_ref().map_or(0, Started::gpus);
                 Prepared {
                     candidate: Candidate {
                         index,
@@ -379,8 +471,8 @@ fn prepare(spec: &TuneSpec) -> Result<(Vec<Prepared>, Slo), TuneError> {
         .collect();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for p in &mut prepared {
-        if let Some((cfg, st)) = &p.config {
-            let key = engine_key(cfg, st);
+        if let Some(started) = &p.config {
+            let key = started.key();
             match seen.get(&key) {
                 Some(&first) => p.candidate.same_as = Some(first),
                 None => {
@@ -419,8 +511,7 @@ fn rung_tolerance(rung: usize, num_rungs: usize) -> f64 {
 }
 
 fn evaluate(
-    config: &SimConfig,
-    startup: &Startup,
+    started: &Started,
     slo: Slo,
     num_requests: usize,
     hint: Option<&Evaluation>,
@@ -428,12 +519,12 @@ fn evaluate(
 ) -> Evaluation {
     let final_rung = rung + 1 == num_rungs;
     let relative_tolerance = rung_tolerance(rung, num_rungs);
-    let mut cfg = config.clone();
-    cfg.workload.num_requests = num_requests;
+    let started = started.with_num_requests(num_requests);
+    let target = started.target();
     let options = match hint.and_then(|h| h.max_requests_per_s) {
         // A shorter run's answer: start there with small steps.
         Some(rate) => SearchOptions {
-            start_factor: rate / nominal_rate(&cfg).unwrap_or(rate),
+            start_factor: rate / nominal_rate(target.workload()).unwrap_or(rate),
             growth: 1.25,
             relative_tolerance,
         },
@@ -453,7 +544,7 @@ fn evaluate(
         at_max: None,
         error: Some(e.to_string()),
     };
-    let search = match find_max_rate_with(&cfg, startup, slo, options) {
+    let search = match twin_sim::max_rate::search(target, slo, options) {
         Ok(s) => s,
         Err(e) => return failed(e),
     };
@@ -476,7 +567,7 @@ fn evaluate(
         error: None,
     };
     if let (true, Some(f)) = (final_rung, search.max_factor) {
-        match run_at_factor(&cfg, startup, slo, f) {
+        match target.run_at_factor(slo, f) {
             Ok(r) => {
                 // Per offered request, not per second of the run: a run's seconds include its
                 // drain, whose length says more about the last few requests than the rate.
@@ -503,8 +594,8 @@ fn evaluate(
 }
 
 /// The workload's own rate: what factor 1 means to `find_max_rate`.
-fn nominal_rate(config: &SimConfig) -> Option<f64> {
-    twin_sim::max_rate::nominal_rate(&config.workload)
+fn nominal_rate(workload: &twin_workload::WorkloadSpec) -> Option<f64> {
+    twin_sim::max_rate::nominal_rate(workload)
         .ok()
         .map(|(rate, _)| rate)
 }
@@ -550,7 +641,7 @@ pub fn run_shard(spec: &TuneSpec, shard: Shard) -> Result<ShardResult, TuneError
     let num_requests = live
         .first()
         .and_then(|p| p.config.as_ref())
-        .map_or(0, |(c, _)| c.workload.num_requests);
+        .map_or(0, Started::num_requests);
     let halving = match spec.halving {
         Halving::On => true,
         Halving::Off => false,
@@ -567,13 +658,13 @@ pub fn run_shard(spec: &TuneSpec, shard: Shard) -> Result<ShardResult, TuneError
         let evals: Vec<(usize, Evaluation)> = alive
             .par_iter()
             .map(|&i| {
-                let (cfg, st) = by_index[&i]
+                let started = by_index[&i]
                     .config
                     .as_ref()
                     .expect("live candidates started");
                 (
                     i,
-                    evaluate(cfg, st, slo, n, last.get(&i), (rung, rungs.len())),
+                    evaluate(started, slo, n, last.get(&i), (rung, rungs.len())),
                 )
             })
             .collect();
@@ -615,15 +706,14 @@ pub fn run_shard(spec: &TuneSpec, shard: Shard) -> Result<ShardResult, TuneError
         .collect::<Vec<_>>()
         .par_iter()
         .map(|&i| {
-            let (cfg, st) = by_index[&i]
+            let started = by_index[&i]
                 .config
                 .as_ref()
                 .expect("live candidates started");
             (
                 i,
                 evaluate(
-                    cfg,
-                    st,
+                    started,
                     slo,
                     n,
                     last.get(&i),

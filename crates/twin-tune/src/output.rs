@@ -74,8 +74,18 @@ pub fn vllm_serve_line(model: &str, base_args: &[String], flags: &[String]) -> S
         words.push(model.to_string());
     }
     words.extend(base);
-    words.extend(flags.iter().cloned());
+    // `--replicas` is the twin's: the line is one replica's.
+    words.extend(vllm_args(flags));
     shell_words(&words)
+}
+
+/// The `--replicas` a candidate's flags ask for (1: one `vllm serve`).
+pub fn replicas_of(flags: &[String]) -> usize {
+    flags
+        .windows(2)
+        .find(|w| w[0] == "--replicas")
+        .and_then(|w| w[1].parse().ok())
+        .unwrap_or(1)
 }
 
 fn row_for(
@@ -167,12 +177,21 @@ pub(crate) fn build_result(
         .iter()
         .find(|r| r.index == 0 && r.rung == final_rung)
         .and_then(|r| r.score);
-    let best = rows.first().filter(|r| r.score.is_some()).map(|r| Best {
-        index: r.index,
-        flags: r.flags.clone(),
-        vllm_serve: vllm_serve_line(&base.model_name, &spec.base_args, &r.flags),
-        score: r.score.unwrap_or(0.0),
-        default_score,
+    let router = base
+        .fleet
+        .as_ref()
+        .map_or(twin_sim::fleet::RouterKind::RoundRobin, |f| f.router.kind);
+    let best = rows.first().filter(|r| r.score.is_some()).map(|r| {
+        let replicas = replicas_of(&r.flags);
+        Best {
+            index: r.index,
+            flags: r.flags.clone(),
+            vllm_serve: vllm_serve_line(&base.model_name, &spec.base_args, &r.flags),
+            replicas,
+            router: (replicas > 1).then(|| router.name().to_string()),
+            score: r.score.unwrap_or(0.0),
+            default_score,
+        }
     });
     Ok(TuneResult {
         schema: SCHEMA.into(),
@@ -357,6 +376,13 @@ impl TuneResult {
                         _ => String::new(),
                     }
                 );
+                if let Some(router) = &b.router {
+                    let _ = writeln!(
+                        s,
+                        "{} replicas behind a {router} router, each started with:",
+                        b.replicas
+                    );
+                }
                 let _ = writeln!(s, "{}", b.vllm_serve);
             }
             None => {

@@ -42,16 +42,27 @@ fn axis_flags(name: &str) -> &'static [&'static str] {
         "block-size" => &["--block-size"],
         "enable-prefix-caching" => &["--enable-prefix-caching", "--no-enable-prefix-caching"],
         "speculative" => &["--speculative-config"],
-        "split" => &["--tensor-parallel-size", "--data-parallel-size"],
+        "split" => &[
+            "--tensor-parallel-size",
+            "--data-parallel-size",
+            "--replicas",
+        ],
         _ => &[],
     }
 }
 
-/// `TP x DP` pairs that use exactly `gpus` GPUs, TP ascending.
+/// The ways to use exactly `gpus` GPUs, TP ascending: one `vllm serve` of `TP x DP`, then
+/// `TPx1xR`, R > 1 replicas of a TP engine behind a router (the AMD blog's "minimum TP plus
+/// several instances"; DP inside each replica as well would only multiply the grid).
 pub fn splits(gpus: usize) -> Vec<String> {
-    (1..=gpus)
-        .filter(|tp| gpus.is_multiple_of(*tp))
+    let tps = || (1..=gpus).filter(|tp| gpus.is_multiple_of(*tp));
+    tps()
         .map(|tp| format!("{tp}x{}", gpus / tp))
+        .chain(
+            tps()
+                .filter(|tp| *tp < gpus)
+                .map(|tp| format!("{tp}x1x{}", gpus / tp)),
+        )
         .collect()
 }
 
@@ -88,7 +99,8 @@ fn bad(field: &str, message: impl Into<String>) -> TuneError {
 }
 
 /// `NAME=V1,V2,...` (one `--search`). `default` as a value leaves the flag unset (vLLM's
-/// default); `split` values are `TPxDP`; `speculative` values are `off` or `ngram`.
+/// default); `split` values are `TPxDP` (one `vllm serve`) or `TPxDPxR` (R replicas of it
+/// behind the base line's `--router`); `speculative` values are `off` or `ngram`.
 pub fn parse_search(arg: &str) -> Result<Axis, TuneError> {
     let (name, values) = arg
         .split_once('=')
@@ -122,7 +134,7 @@ pub fn parse_search(arg: &str) -> Result<Axis, TuneError> {
                     match name.as_str() {
                         "speculative" => "off or ngram",
                         "enable-prefix-caching" => "true, false or default",
-                        _ => "TPxDP, e.g. 2x4",
+                        _ => "TPxDP or TPxDPxR, e.g. 2x4 or 1x1x4",
                     }
                 ),
             ));
@@ -131,10 +143,19 @@ pub fn parse_search(arg: &str) -> Result<Axis, TuneError> {
     Ok(Axis { name, values })
 }
 
-fn parse_split(v: &str) -> Option<(usize, usize)> {
-    let (tp, dp) = v.split_once('x')?;
-    let (tp, dp): (usize, usize) = (tp.parse().ok()?, dp.parse().ok()?);
-    (tp >= 1 && dp >= 1 && tp <= 1024 && dp <= 1024).then_some((tp, dp))
+/// `TPxDP` or `TPxDPxR` as (tp, dp, replicas).
+fn parse_split(v: &str) -> Option<(usize, usize, usize)> {
+    let parts: Vec<usize> = v
+        .split('x')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let (tp, dp, r) = match parts[..] {
+        [tp, dp] => (tp, dp, 1),
+        [tp, dp, r] => (tp, dp, r),
+        _ => return None,
+    };
+    let ok = |n: usize| (1..=1024).contains(&n);
+    (ok(tp) && ok(dp) && ok(r)).then_some((tp, dp, r))
 }
 
 /// The axes a sweep searches: the default grid with each `--search` replacing (or adding) its
@@ -192,13 +213,17 @@ pub fn value_flags(axis: &str, value: &str) -> Vec<String> {
         ("enable-prefix-caching", "true") => vec!["--enable-prefix-caching".into()],
         ("enable-prefix-caching", _) => vec!["--no-enable-prefix-caching".into()],
         ("split", v) => {
-            let (tp, dp) = parse_split(v).unwrap_or((1, 1));
-            vec![
+            let (tp, dp, replicas) = parse_split(v).unwrap_or((1, 1, 1));
+            let mut flags = vec![
                 "--tensor-parallel-size".into(),
                 tp.to_string(),
                 "--data-parallel-size".into(),
                 dp.to_string(),
-            ]
+            ];
+            if replicas > 1 {
+                flags.extend(["--replicas".into(), replicas.to_string()]);
+            }
+            flags
         }
         (name, v) => vec![format!("--{name}"), v.to_string()],
     }
@@ -225,8 +250,20 @@ mod tests {
     #[test]
     fn default_grid_has_128_points_per_split_and_a_split_axis_for_several_gpus() {
         assert_eq!(grid_size(&default_axes(1)), 128);
-        assert_eq!(splits(4), vec!["1x4", "2x2", "4x1"]);
-        assert_eq!(grid_size(&default_axes(4)), 384);
+        assert_eq!(splits(4), vec!["1x4", "2x2", "4x1", "1x1x4", "2x1x2"]);
+        assert_eq!(grid_size(&default_axes(4)), 640);
+        assert_eq!(
+            value_flags("split", "2x1x2"),
+            vec![
+                "--tensor-parallel-size",
+                "2",
+                "--data-parallel-size",
+                "1",
+                "--replicas",
+                "2"
+            ]
+        );
+        assert_eq!(value_flags("split", "2x2").len(), 4);
     }
 
     #[test]
@@ -247,6 +284,7 @@ mod tests {
             ("max-num-seqs", "NAME=V1"),
             ("max-seqs=1", "unknown axis"),
             ("split=2by2", "TPxDP"),
+            ("split=1x1x1x1", "TPxDPxR"),
             ("speculative=eagle", "off or ngram"),
             ("max-num-seqs=1,,2", "empty value"),
         ] {

@@ -267,7 +267,7 @@ fn two_gpus_search_the_tp_dp_split_and_cost_is_gpus_per_goodput() {
     .unwrap();
     assert_eq!(
         s.axes.iter().find(|a| a.name == "split").unwrap().values,
-        vec!["1x2", "2x1"]
+        vec!["1x2", "2x1", "1x1x2"]
     );
     let r = merge(&[on(2, &s, Shard::WHOLE)]).unwrap();
     // The baseline is vLLM's defaults as DP 2.
@@ -301,4 +301,66 @@ fn two_gpus_search_the_tp_dp_split_and_cost_is_gpus_per_goodput() {
             .contains(&format!("{cheapest:.3} GPUs per req/s"))
             || best.index == 0
     );
+}
+
+#[test]
+fn replicas_behind_the_router_are_a_split_and_the_winner_says_how_many() {
+    let mut base_extra = slo().to_vec();
+    base_extra.extend(["--router", "least-loaded"]);
+    let searches = [
+        "max-num-seqs=256",
+        "max-num-batched-tokens=8192",
+        "kv-cache-dtype=auto",
+        "enable-prefix-caching=true",
+        "speculative=off",
+        "split=1x2,1x1x2",
+    ];
+    let mut s = spec(&base_extra, &[], Halving::Off);
+    s.gpus = 2;
+    s.axes = space::resolve_axes(
+        2,
+        &searches.map(|a| space::parse_search(a).unwrap()),
+        &s.base_args,
+    )
+    .unwrap();
+    let r = merge(&[on(2, &s, Shard::WHOLE)]).unwrap();
+    let rate = |replicas: bool| {
+        r.table
+            .iter()
+            .find(|row| row.index != 0 && row.flags.contains(&"--replicas".to_string()) == replicas)
+            .and_then(|row| {
+                assert_eq!(row.gpus, 2, "{row:?}");
+                row.max_requests_per_s
+            })
+            .unwrap()
+    };
+    // Two engines either way: one DP-2 server balancing its ranks, or two servers behind a
+    // least-loaded router. Their capacities are of a size.
+    let (dp, replicas) = (rate(false), rate(true));
+    assert!(
+        (0.75..1.33).contains(&(replicas / dp)),
+        "DP 2: {dp} req/s, 2 replicas: {replicas} req/s"
+    );
+    let best = r.best.as_ref().unwrap();
+    assert!(
+        !best.vllm_serve.contains("--replicas"),
+        "{}",
+        best.vllm_serve
+    );
+    let text = r.render_text(20);
+    if best.flags.contains(&"--replicas".to_string()) {
+        assert_eq!(best.replicas, 2);
+        assert_eq!(best.router.as_deref(), Some("least-loaded"));
+        assert!(
+            text.contains("2 replicas behind a least-loaded router"),
+            "{text}"
+        );
+    } else {
+        assert_eq!((best.replicas, best.router.as_deref()), (1, None));
+    }
+    // A fixed replica count on the base line is refused: it is the split axis's.
+    let mut fixed = s.clone();
+    fixed.base_args.extend(strings(&["--replicas", "2"]));
+    let e = run_shard(&fixed, Shard::WHOLE).unwrap_err().to_string();
+    assert!(e.contains("split=TPxDPxR"), "{e}");
 }

@@ -90,6 +90,9 @@ pub fn run(
             eprintln!("note: {n}");
         }
     }
+    if sim.find_max_rate {
+        return crate::simulate::find_max_rate(sim, twin_sim::max_rate::RateTarget::Fleet(&fc));
+    }
     let want_metrics = sim.metrics_out.is_some() || sim.scrapes_out.is_some();
     let metrics_options = want_metrics.then(|| MetricsOptions {
         served_model_name: sim.served_model_name.clone(),

@@ -146,10 +146,6 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         }
     };
     if let Some(fleet) = sim.fleet.clone() {
-        if sim.find_max_rate {
-            eprintln!("error: --find-max-rate: searches one `vllm serve` (its DP ranks included), not a fleet; drop --replicas / --router / --replica-spec / --pd");
-            return Ok(ExitCode::from(2));
-        }
         return crate::fleet::run(args, &sim, &fleet, &read);
     }
     let startup = match twin_sim::startup(&sim.config) {
@@ -202,7 +198,13 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
         }
     }
     if sim.find_max_rate {
-        return find_max_rate(&sim, &startup);
+        return find_max_rate(
+            &sim,
+            twin_sim::max_rate::RateTarget::Engine {
+                config: &sim.config,
+                startup: &startup,
+            },
+        );
     }
     let mut builder = ReportBuilder::new(sim.slo).with_workload(&sim.config.workload);
     let total = sim.config.workload.num_requests as u64;
@@ -263,12 +265,13 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
 }
 
 /// `--find-max-rate`: the search's table (or JSON) instead of one run's report.
-fn find_max_rate(
+pub(crate) fn find_max_rate(
     sim: &twin_sim::engine_args::SimulateArgs,
-    startup: &twin_sim::Startup,
+    target: twin_sim::max_rate::RateTarget<'_>,
 ) -> Result<ExitCode> {
     let t0 = Instant::now();
-    let search = match twin_sim::max_rate::find_max_rate(&sim.config, startup, sim.slo) {
+    let options = twin_sim::max_rate::SearchOptions::default();
+    let search = match twin_sim::max_rate::search(target, sim.slo, options) {
         Ok(s) => s,
         Err(e @ SimError::Config { .. }) => {
             eprintln!("error: {e}");

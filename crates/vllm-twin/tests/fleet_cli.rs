@@ -417,3 +417,37 @@ fn ureq_get(url: &str) -> String {
     assert!(out.starts_with("HTTP/1.1 200"), "{url}: {out}");
     out.split_once("\r\n\r\n").unwrap().1.to_string()
 }
+
+#[test]
+fn find_max_rate_searches_a_fleet_behind_its_router() {
+    let max_rate = |extra: &[&str]| {
+        let mut a = vec![
+            "--json",
+            "--quiet",
+            "--find-max-rate",
+            "--workload",
+            "chat",
+            "--num-requests",
+            "2000",
+        ];
+        a.extend_from_slice(extra);
+        let out = simulate(&a);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        s["max_requests_per_s"].as_f64().unwrap()
+    };
+    let one = max_rate(&[]);
+    let dp2 = max_rate(&["--data-parallel-size", "2"]);
+    let replicas2 = max_rate(&["--replicas", "2", "--router", "least-loaded"]);
+    // Two engines serve at least half again one's rate; a DP-2 server balancing its ranks
+    // and two servers behind a least-loaded router are of a size.
+    assert!(replicas2 > 1.5 * one, "1: {one}, 2 replicas: {replicas2}");
+    assert!(
+        (replicas2 / dp2 - 1.0).abs() < 0.1,
+        "DP 2: {dp2}, 2 replicas: {replicas2}"
+    );
+}

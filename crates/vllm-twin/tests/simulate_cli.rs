@@ -552,6 +552,28 @@ fn find_max_rate_brackets_the_knee_of_the_same_workload() {
     assert!(s["max_requests_per_s"].is_null(), "{s}");
     assert!(s["probes"].as_array().unwrap().len() < 10, "{s}");
 
+    // Too few requests to judge high rates: a short burst fits in the batch whatever its
+    // rate, so such a probe is not counted as sustained (the search ends, and says why).
+    let out = twin(&[
+        "simulate",
+        "--json",
+        "--quiet",
+        "--find-max-rate",
+        "--num-requests",
+        "200",
+    ]);
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let short_max = s["max_requests_per_s"].as_f64().unwrap();
+    assert!(short_max <= 200.0 / 4.0, "{s}");
+    assert!(
+        s["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["reason"].as_str().unwrap().contains("too few requests")),
+        "{s}"
+    );
+
     // No rate to find.
     let out = twin(&["simulate", "--find-max-rate", "--max-concurrency", "8"]);
     assert_eq!(out.status.code(), Some(2));
