@@ -80,6 +80,8 @@ pub enum Prepared {
         gpu: Box<GpuSpec>,
         resolved: Box<ResolvedServeConfig>,
     },
+    /// Published measurements (`twin_cost::calibration`): the indexes of those to fit.
+    Published { indexes: Vec<usize> },
     /// A bench result or a timeline, replayed through the simulator.
     Replay {
         kind: &'static str,
@@ -97,12 +99,14 @@ impl Prepared {
     pub fn kind(&self) -> &'static str {
         match self {
             Prepared::Steps { .. } => "step-timings",
+            Prepared::Published { .. } => "published",
             Prepared::Replay { kind, .. } => kind,
         }
     }
     pub fn path(&self) -> &str {
         match self {
             Prepared::Steps { input, .. } => &input.path,
+            Prepared::Published { .. } => "calibration.md",
             Prepared::Replay { path, .. } => path,
         }
     }
@@ -114,6 +118,10 @@ impl Prepared {
                 .iter()
                 .map(|p| format!("line {}", p.line))
                 .collect(),
+            Prepared::Published { indexes } => {
+                let all = twin_cost::calibration::all_points();
+                indexes.iter().map(|&i| all[i].name.to_string()).collect()
+            }
             Prepared::Replay { targets, .. } => targets.iter().map(Target::label).collect(),
         }
     }
@@ -140,6 +148,13 @@ impl Prepared {
                         };
                         (pred, p.measured_s)
                     })
+                    .collect())
+            }
+            Prepared::Published { indexes } => {
+                let all = twin_cost::calibration::all_points_with(cal);
+                Ok(indexes
+                    .iter()
+                    .map(|&i| (all[i].predicted, all[i].published))
                     .collect())
             }
             Prepared::Replay {
@@ -460,7 +475,10 @@ impl Search<'_> {
 /// Fit the terms the inputs identify. Step timings free every term; bench results and
 /// timelines alone fit the tied groups.
 pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError> {
-    let has_steps = inputs.iter().any(|i| matches!(i, Prepared::Steps { .. }));
+    // Published points are step-level too (batch-1 sweeps and load points of known shape).
+    let has_steps = inputs
+        .iter()
+        .any(|i| matches!(i, Prepared::Steps { .. } | Prepared::Published { .. }));
     let all: Vec<Group> = if has_steps {
         FREE.to_vec()
     } else {

@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod cli;
 pub mod fit;
+pub mod scorecard;
 pub mod scrapes;
 pub mod steps;
 pub mod svg;

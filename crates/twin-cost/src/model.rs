@@ -378,6 +378,25 @@ static CATALOG: &[Entry] = &[
         },
     },
     Entry {
+        // The vLLM docs' FP8 KV-cache table (L4) measures this one; its embeddings are tied.
+        aliases: &["Qwen/Qwen3-4B", "qwen3-4b"],
+        build: || ModelSpec {
+            tie_word_embeddings: true,
+            ..DenseRow {
+                name: "Qwen/Qwen3-4B",
+                model_type: "qwen3",
+                num_layers: 36,
+                hidden_size: 2560,
+                num_attention_heads: 32,
+                num_kv_heads: 8,
+                intermediate_size: 9728,
+                vocab_size: 151_936,
+                max_position_embeddings: 40_960,
+            }
+            .spec()
+        },
+    },
+    Entry {
         aliases: &["Qwen/Qwen3-8B", "qwen3-8b"],
         build: || {
             DenseRow {
@@ -980,6 +999,8 @@ mod tests {
         let cases = [
             ("llama-3.1-8b", 8.03, 8.03),
             ("llama-3.1-70b", 70.55, 70.55),
+            // Tied embeddings: stored once, but the head GEMM still reads them per token.
+            ("qwen3-4b", 4.02, 4.41),
             ("qwen3-8b", 8.19, 8.19),
             ("qwen3-32b", 32.76, 32.76),
             ("mistral-7b-v0.1", 7.24, 7.24),

@@ -280,14 +280,17 @@ fn parse_with_cache(
 /// What a candidate starts: one `vllm serve`, or replicas of it behind the router.
 #[derive(Clone)]
 enum Started {
-    Engine(SimConfig, Box<Startup>),
+    Engine(Box<(SimConfig, Startup)>),
     Fleet(Box<FleetConfig>),
 }
 
 impl Started {
     fn target(&self) -> RateTarget<'_> {
         match self {
-            Started::Engine(config, startup) => RateTarget::Engine { config, startup },
+            Started::Engine(e) => RateTarget::Engine {
+                config: &e.0,
+                startup: &e.1,
+            },
             Started::Fleet(f) => RateTarget::Fleet(f),
         }
     }
@@ -296,7 +299,7 @@ impl Started {
     fn with_num_requests(&self, n: usize) -> Started {
         let mut s = self.clone();
         match &mut s {
-            Started::Engine(c, _) => c.workload.num_requests = n,
+            Started::Engine(e) => e.0.workload.num_requests = n,
             Started::Fleet(f) => f.workload.num_requests = n,
         }
         s
@@ -314,7 +317,7 @@ impl Started {
                 * c.data_parallel_size.max(1)
         };
         match self {
-            Started::Engine(c, _) => per_engine(c),
+            Started::Engine(e) => per_engine(&e.0),
             Started::Fleet(f) => f
                 .pools
                 .iter()
@@ -333,7 +336,7 @@ impl Started {
             )
         };
         match self {
-            Started::Engine(c, st) => engine(c, st),
+            Started::Engine(e) => engine(&e.0, &e.1),
             Started::Fleet(f) => {
                 let pools: Vec<String> = f
                     .pools
@@ -358,7 +361,7 @@ fn start(args: &[String], cache: &RefCell<HashMap<String, String>>) -> Result<St
         // One replica: the router has nothing to choose.
         _ => {
             let st = twin_sim::startup(&parsed.config)?;
-            Ok(Started::Engine(parsed.config, Box::new(st)))
+            Ok(Started::Engine(Box::new((parsed.config, st))))
         }
     }
 }

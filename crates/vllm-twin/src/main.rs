@@ -177,6 +177,14 @@ enum ExperimentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Score the cost model against every published vLLM measurement it can be held to:
+    /// median and p90 error per metric, GPU and model family, with the default constants and
+    /// with leave-one-out calibration (docs/fidelity.md holds the output).
+    Fidelity {
+        /// Print JSON instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -316,6 +324,15 @@ fn main() -> ExitCode {
             ExperimentCommand::Fleet { quick, json } => {
                 print_claims(twin_sim::experiment::fleet_table(quick), json)
             }
+            ExperimentCommand::Fidelity { json } => (|| {
+                let card = twin_calibrate::scorecard::scorecard()?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&card)?);
+                } else {
+                    print!("{}", card.render_markdown());
+                }
+                Ok(ExitCode::SUCCESS)
+            })(),
         },
         Command::Gpus => list_gpus(),
         Command::Conformance { command } => match command {

@@ -1,0 +1,242 @@
+//! `vllm-twin experiment fidelity`: every published vLLM measurement the cost model can be held
+//! to (`twin_cost::calibration`), predicted with the default constants and with leave-one-out
+//! calibration: each point predicted under a profile [`fit`] on all the others, so no point
+//! is scored by a fit that saw it. Errors are summarised (median and p90 of |error|) per
+//! metric, GPU and model family.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use twin_cost::calibration::{all_points, all_points_with, Point};
+use twin_cost::CostCalibration;
+use twin_sim::SimError;
+
+use crate::fit::{fit, FitOptions, Prepared};
+
+/// Objective evaluations per fit: each prices every published point once (a few ms).
+pub const FIT_EVALS: usize = 300;
+
+/// One published number, predicted both ways.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScoredPoint {
+    pub name: String,
+    pub metric: String,
+    pub gpu: String,
+    pub family: String,
+    pub source: String,
+    pub unit: String,
+    pub published: f64,
+    /// With the cost model's default constants.
+    pub predicted: f64,
+    /// Under a calibration fitted on every other point.
+    pub predicted_loo: f64,
+}
+
+impl ScoredPoint {
+    pub fn error(&self) -> f64 {
+        self.predicted / self.published - 1.0
+    }
+    pub fn error_loo(&self) -> f64 {
+        self.predicted_loo / self.published - 1.0
+    }
+}
+
+/// Median and p90 of |relative error| over a group of points.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// `all`, `latency (TTFT, ITL)`, `metric TTFT`, `gpu l4`, `family llama`, ...
+    pub group: String,
+    pub num_points: usize,
+    pub median_abs_error: f64,
+    pub p90_abs_error: f64,
+    pub median_abs_error_loo: f64,
+    pub p90_abs_error_loo: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scorecard {
+    pub points: Vec<ScoredPoint>,
+    pub summaries: Vec<Summary>,
+    /// The profile fitted on every point (what `calibrate` would make of them all).
+    pub fitted_on_all: Vec<(String, f64)>,
+}
+
+/// Nearest-rank quantile of |errors| (q in (0, 1]).
+fn abs_quantile(errors: &[f64], q: f64) -> f64 {
+    let mut v: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if q == 0.5 && n.is_multiple_of(2) {
+        return (v[n / 2 - 1] + v[n / 2]) / 2.0;
+    }
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    v[rank - 1]
+}
+
+fn fit_on(indexes: Vec<usize>) -> Result<CostCalibration, SimError> {
+    let inputs = [Prepared::Published { indexes }];
+    Ok(fit(
+        &inputs,
+        FitOptions {
+            max_evals: FIT_EVALS,
+        },
+    )?
+    .calibration)
+}
+
+/// Whether a point enters the headline latency figure: the TTFT, ITL (and E2E)
+/// metrics, a decode rate being an ITL's inverse.
+fn is_latency(p: &ScoredPoint) -> bool {
+    matches!(p.metric.as_str(), "TTFT" | "ITL" | "decode tok/s")
+}
+
+/// Score every published point. Deterministic: the fits search from the defaults with no
+/// randomness; `threads` parallel fits give the same bytes as one.
+pub fn scorecard() -> Result<Scorecard, SimError> {
+    let defaults: Vec<Point> = all_points();
+    let n = defaults.len();
+    let loo: Vec<f64> = (0..n)
+        .map(|held_out| {
+            let cal = fit_on((0..n).filter(|&i| i != held_out).collect())?;
+            Ok(all_points_with(&cal)[held_out].predicted)
+        })
+        .collect::<Result<_, SimError>>()?;
+    let points: Vec<ScoredPoint> = defaults
+        .iter()
+        .zip(loo)
+        .map(|(p, predicted_loo)| ScoredPoint {
+            name: p.name.into(),
+            metric: p.metric.name().into(),
+            gpu: p.gpu.into(),
+            family: p.family.into(),
+            source: p.source.into(),
+            unit: p.unit.into(),
+            published: p.published,
+            predicted: p.predicted,
+            predicted_loo,
+        })
+        .collect();
+    let mut groups: BTreeMap<(u8, String), Vec<&ScoredPoint>> = BTreeMap::new();
+    for p in &points {
+        groups.entry((0, "all".into())).or_default().push(p);
+        if is_latency(p) {
+            groups
+                .entry((1, "latency (TTFT, ITL, decode tok/s)".into()))
+                .or_default()
+                .push(p);
+        }
+        groups
+            .entry((2, format!("metric {}", p.metric)))
+            .or_default()
+            .push(p);
+        groups
+            .entry((3, format!("gpu {}", p.gpu)))
+            .or_default()
+            .push(p);
+        groups
+            .entry((4, format!("family {}", p.family)))
+            .or_default()
+            .push(p);
+    }
+    let summaries = groups
+        .into_iter()
+        .map(|((_, group), pts)| {
+            let e: Vec<f64> = pts.iter().map(|p| p.error()).collect();
+            let l: Vec<f64> = pts.iter().map(|p| p.error_loo()).collect();
+            Summary {
+                group,
+                num_points: pts.len(),
+                median_abs_error: abs_quantile(&e, 0.5),
+                p90_abs_error: abs_quantile(&e, 0.9),
+                median_abs_error_loo: abs_quantile(&l, 0.5),
+                p90_abs_error_loo: abs_quantile(&l, 0.9),
+            }
+        })
+        .collect();
+    let all = fit_on((0..n).collect())?;
+    Ok(Scorecard {
+        points,
+        summaries,
+        fitted_on_all: all
+            .values()
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+    })
+}
+
+fn sig(v: f64) -> String {
+    if v.abs() < 0.01 {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+impl Scorecard {
+    /// The summary and every point as Markdown tables (docs/fidelity.md holds this output).
+    pub fn render_markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "| Points | n | median \\|error\\| | p90 \\|error\\| | median, leave-one-out | p90, leave-one-out |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for g in &self.summaries {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
+                g.group,
+                g.num_points,
+                g.median_abs_error * 100.0,
+                g.p90_abs_error * 100.0,
+                g.median_abs_error_loo * 100.0,
+                g.p90_abs_error_loo * 100.0
+            );
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "| Point | Published | Predicted | Error | Leave-one-out | Error |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for p in &self.points {
+            let v = |x: f64| format!("{} {}", sig(x), p.unit).trim_end().to_string();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:+.1}% | {} | {:+.1}% |",
+                p.name,
+                v(p.published),
+                v(p.predicted),
+                p.error() * 100.0,
+                v(p.predicted_loo),
+                p.error_loo() * 100.0,
+            );
+        }
+        let _ = writeln!(s);
+        let terms: Vec<String> = self
+            .fitted_on_all
+            .iter()
+            .map(|(k, v)| format!("{k} {}", sig(*v)))
+            .collect();
+        let _ = writeln!(s, "Fitted on every point: {}.", terms.join(", "));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_nearest_rank_and_the_median_of_an_even_count_averages() {
+        let e = [0.1, -0.2, 0.3, -0.4];
+        assert!((abs_quantile(&e, 0.5) - 0.25).abs() < 1e-12);
+        assert_eq!(abs_quantile(&e, 0.9), 0.4);
+        assert_eq!(abs_quantile(&[-0.05], 0.9), 0.05);
+    }
+}

@@ -1,0 +1,56 @@
+//! The scorecard (`vllm-twin experiment fidelity`) is computed, not recorded: this regenerates
+//! it and holds docs/fidelity.md's copy to it, and checks what leave-one-out means.
+
+use twin_calibrate::scorecard::scorecard;
+use twin_cost::calibration::all_points;
+
+#[test]
+fn docs_hold_exactly_the_regenerated_scorecard() {
+    let card = scorecard().expect("scorecard");
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/fidelity.md"
+    ))
+    .unwrap();
+    let (_, rest) = docs
+        .split_once("<!-- experiment fidelity -->\n")
+        .expect("docs/fidelity.md has the scorecard's start marker");
+    let (recorded, _) = rest
+        .split_once("<!-- /experiment fidelity -->")
+        .expect("and its end marker");
+    assert_eq!(
+        recorded,
+        card.render_markdown(),
+        "docs/fidelity.md's scorecard is stale: paste `vllm-twin experiment fidelity` there"
+    );
+}
+
+#[test]
+fn every_point_is_scored_by_a_fit_that_did_not_see_it() {
+    let card = scorecard().expect("scorecard");
+    assert_eq!(card.points.len(), all_points().len());
+    // Deterministic: the same bytes again.
+    assert_eq!(card, scorecard().unwrap());
+    let all = card.summaries.iter().find(|s| s.group == "all").unwrap();
+    assert_eq!(all.num_points, card.points.len());
+    // A fit on the other points helps the typical point: the constants' errors are shared.
+    assert!(all.median_abs_error_loo < all.median_abs_error, "{all:?}");
+    // A point whose fit saw it would be pulled toward it; held out, a point that is an
+    // outlier of its own stays one (the B200 FP8 slope no multiplier reaches).
+    let outlier = card
+        .points
+        .iter()
+        .find(|p| p.name == "gpt-oss-20b B200 FP8 ITL slope")
+        .unwrap();
+    assert!(outlier.error_loo() > 0.2, "{outlier:?}");
+    // Groups partition the points per metric, GPU and family.
+    for prefix in ["metric ", "gpu ", "family "] {
+        let n: usize = card
+            .summaries
+            .iter()
+            .filter(|s| s.group.starts_with(prefix))
+            .map(|s| s.num_points)
+            .sum();
+        assert_eq!(n, card.points.len(), "{prefix}");
+    }
+}
