@@ -153,6 +153,9 @@ pub fn tune_command() -> clap::Command {
                 .contains(&id)
         })
         .cloned()
+        // The router that `split=TPxDPxR` replicas sit behind; the other fleet flags parse so
+        // that check_base can say why they are refused.
+        .chain(twin_sim::engine_args::fleet_args())
         .collect();
     clap::Command::new("vllm-twin tune")
         .no_binary_name(true)

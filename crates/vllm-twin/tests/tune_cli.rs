@@ -204,3 +204,83 @@ fn tune_honours_a_calibration_profile() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("slow.json"));
 }
+
+#[test]
+fn replicas_behind_a_router_are_searched_and_the_winner_is_one_replicas_line() {
+    let out = tune(&[
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "2",
+        "--workload",
+        "chat",
+        "--num-requests",
+        "1000",
+        "--slo-ttft-ms",
+        "500",
+        "--router",
+        "least-loaded",
+        "--search",
+        "split=2x1,1x1x2",
+        "--search",
+        "max-num-seqs=256",
+        "--search",
+        "max-num-batched-tokens=8192",
+        "--search",
+        "kv-cache-dtype=auto",
+        "--search",
+        "enable-prefix-caching=true",
+        "--search",
+        "speculative=off",
+        "--halving",
+        "off",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = r["table"].as_array().unwrap();
+    let replicas_row = rows
+        .iter()
+        .find(|row| {
+            row["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "--replicas")
+        })
+        .expect("a 1x1x2 row");
+    assert_eq!(replicas_row["gpus"], 2);
+    // Two TP-1 engines out-serve one TP-2 engine of an 8B model (as vLLM's AMD blog advises).
+    let tp2 = rows
+        .iter()
+        .find(|row| {
+            let f = row["flags"].as_array().unwrap();
+            f.windows(2)
+                .any(|w| w[0] == "--tensor-parallel-size" && w[1] == "2")
+                && row["max_requests_per_s"].is_f64()
+        })
+        .unwrap();
+    assert!(
+        replicas_row["max_requests_per_s"].as_f64() > tp2["max_requests_per_s"].as_f64(),
+        "{replicas_row} vs {tp2}"
+    );
+    let best = &r["best"];
+    assert!(!best["vllm_serve"].as_str().unwrap().contains("--replicas"));
+    // A fleet flag tune does not search is refused, naming the split that does.
+    let out = tune(&[
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--replicas",
+        "2",
+        "--slo-ttft-ms",
+        "500",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("split=TPxDPxR"));
+}
