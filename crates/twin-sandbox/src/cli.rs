@@ -17,6 +17,10 @@ struct Args {
     /// Port (0 picks a free one).
     #[arg(long, default_value_t = 8080)]
     port: u16,
+    /// A profile from `vllm-twin calibrate`: every run is priced with the deployment's
+    /// fitted cost model (the page's commands carry it).
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<String>,
 }
 
 /// `Ok(None)`: help was asked for (printed by the caller).
@@ -54,6 +58,14 @@ pub fn sandbox_main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let calibration = match a.calibration.as_deref().map(crate::runs::Calibration::load) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -76,7 +88,13 @@ pub fn sandbox_main(args: &[String]) -> ExitCode {
         };
         let shown = listener.local_addr().map(|l| l.to_string()).unwrap_or(addr);
         println!("vllm-twin sandbox: open http://{shown}/ (ctrl-c to stop)");
-        match crate::server::serve(listener, true).await {
+        if let Some(c) = &calibration {
+            println!(
+                "every run is priced with the calibration profile {}",
+                c.path
+            );
+        }
+        match crate::server::serve(listener, calibration, true).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -103,7 +121,8 @@ mod tests {
             a,
             Args {
                 host: "0.0.0.0".into(),
-                port: 9000
+                port: 9000,
+                calibration: None,
             }
         );
         let e = parse(&s(&["--port", "x"])).unwrap_err().to_string();

@@ -118,11 +118,45 @@ fn flag_to_control(flag: &str) -> String {
     }
 }
 
+/// `sandbox --calibration FILE`: the profile every run of this server is priced with, read
+/// once at start-up and handed to simulate's parser as the file `--calibration` names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Calibration {
+    pub path: String,
+    pub text: String,
+}
+
+impl Calibration {
+    /// Read and check a profile; the error names the file and the field.
+    pub fn load(path: &str) -> Result<Calibration, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("--calibration {path}: {e}"))?;
+        twin_cost::CalibrationProfile::from_json(&text)
+            .map_err(|e| format!("--calibration {path}: {e}"))?;
+        Ok(Calibration {
+            path: path.to_string(),
+            text,
+        })
+    }
+}
+
 /// Check the controls, build the simulator's config and run vLLM's start-up.
 pub fn prepare(c: &Controls) -> Result<Prepare, ControlError> {
+    prepare_with(c, None)
+}
+
+/// [`prepare`], priced with a calibration profile when the server has one.
+pub fn prepare_with(c: &Controls, cal: Option<&Calibration>) -> Result<Prepare, ControlError> {
     c.validate()?;
-    let argv = c.simulate_argv();
-    let args = parse_simulate_args(&argv, &sandbox_file).map_err(|e| match e {
+    let mut argv = c.simulate_argv();
+    if let Some(cal) = cal {
+        argv.extend(["--calibration".to_string(), cal.path.clone()]);
+    }
+    let read = |path: &str| match cal {
+        Some(cal) if cal.path == path => Ok(cal.text.clone()),
+        _ => sandbox_file(path),
+    };
+    let args = parse_simulate_args(&argv, &read).map_err(|e| match e {
         SimError::Config { field, message } => ControlError::new(&flag_to_control(&field), message),
         other => ControlError::new("controls", other.to_string()),
     })?;

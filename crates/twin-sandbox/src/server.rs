@@ -42,9 +42,19 @@ pub struct AppState {
     /// stopped because their client left.
     simulations: AtomicUsize,
     simulations_cancelled: AtomicUsize,
+    /// `--calibration FILE`: every run is priced with it.
+    calibration: Option<runs::Calibration>,
 }
 
 impl AppState {
+    /// A server whose runs are priced with `calibration`.
+    pub fn with_calibration(calibration: Option<runs::Calibration>) -> Self {
+        AppState {
+            calibration,
+            ..AppState::default()
+        }
+    }
+
     /// Number of streamed runs in flight (tests).
     pub fn in_flight(&self) -> usize {
         self.runs.lock().map(|m| m.len()).unwrap_or(0)
@@ -182,35 +192,47 @@ async fn catalog() -> Response {
     )
 }
 
-/// The `/api/plan` answer (also the stream's first event).
-fn plan_json(c: &Controls, prepared: &Prepare) -> Value {
+/// The `/api/plan` answer (also the stream's first event). With a calibration the commands
+/// carry `--calibration FILE` (both faces take it), so a pasted command prices as the page.
+fn plan_json(c: &Controls, prepared: &Prepare, cal: Option<&runs::Calibration>) -> Value {
+    let with_cal = |cmd: String| match cal {
+        Some(cal) => format!(
+            "{cmd} --calibration {}",
+            crate::controls::shell_join(std::slice::from_ref(&cal.path))
+        ),
+        None => cmd,
+    };
+    let calibration = cal.map(|c| c.path.clone());
     match prepared {
         Prepare::Ready(p) => json!({
             "ok": true,
             "plan": p.plan,
-            "serve_command": c.serve_command(),
-            "simulate_command": c.simulate_command(),
+            "serve_command": with_cal(c.serve_command()),
+            "simulate_command": with_cal(c.simulate_command()),
             "notes": p.notes,
+            "calibration": calibration,
         }),
         Prepare::Refused(r) => json!({
             "ok": false,
             "refused": r,
-            "serve_command": c.serve_command(),
-            "simulate_command": c.simulate_command(),
+            "serve_command": with_cal(c.serve_command()),
+            "simulate_command": with_cal(c.simulate_command()),
+            "calibration": calibration,
         }),
     }
 }
 
-fn prepare_body(body: &str) -> Result<(Controls, Prepare), ControlError> {
+fn prepare_body(state: &AppState, body: &str) -> Result<(Controls, Prepare), ControlError> {
     let c = Controls::from_json(body)?;
-    let p = runs::prepare(&c)?;
+    let p = runs::prepare_with(&c, state.calibration.as_ref())?;
     Ok((c, p))
 }
 
-async fn plan(body: String) -> Response {
-    let r =
-        tokio::task::spawn_blocking(move || prepare_body(&body).map(|(c, p)| plan_json(&c, &p)))
-            .await;
+async fn plan(State(state): State<Arc<AppState>>, body: String) -> Response {
+    let r = tokio::task::spawn_blocking(move || {
+        prepare_body(&state, &body).map(|(c, p)| plan_json(&c, &p, state.calibration.as_ref()))
+    })
+    .await;
     match r {
         Ok(Ok(v)) => json_response(StatusCode::OK, &v),
         Ok(Err(e)) => bad_request(&e),
@@ -222,8 +244,8 @@ async fn simulate(State(state): State<Arc<AppState>>, body: String) -> Response 
     let cancel = Arc::new(AtomicBool::new(false));
     let _guard = CancelOnDrop(cancel.clone());
     let r = tokio::task::spawn_blocking(move || {
-        prepare_body(&body).map(|(c, p)| {
-            let mut v = plan_json(&c, &p);
+        prepare_body(&state, &body).map(|(c, p)| {
+            let mut v = plan_json(&c, &p, state.calibration.as_ref());
             if let Prepare::Ready(prep) = &p {
                 state.simulations.fetch_add(1, Ordering::SeqCst);
                 let run = runs::run_collect(prep, Some(&cancel));
@@ -296,13 +318,14 @@ async fn stream(
     };
     let client = q.get("client").cloned().unwrap_or_default();
     let body = controls.to_string();
-    let prepared = tokio::task::spawn_blocking(move || prepare_body(&body)).await;
+    let st = state.clone();
+    let prepared = tokio::task::spawn_blocking(move || prepare_body(&st, &body)).await;
     let (c, prepared) = match prepared {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return bad_request(&e),
         Err(e) => return bad_request(&ControlError::new("server", e.to_string())),
     };
-    let first = plan_json(&c, &prepared).to_string();
+    let first = plan_json(&c, &prepared, state.calibration.as_ref()).to_string();
     let flag = Arc::new(AtomicBool::new(false));
     if let Ok(mut m) = state.runs.lock() {
         if let Some(old) = m.insert(client.clone(), flag.clone()) {
@@ -383,8 +406,17 @@ fn run_blocking(prep: &Prepared, flag: &AtomicBool, tx: &tokio::sync::mpsc::Unbo
 }
 
 /// Serve on `listener` until ctrl-c (or forever when `ctrl_c` is false).
-pub async fn serve(listener: tokio::net::TcpListener, ctrl_c: bool) -> std::io::Result<()> {
-    serve_with(listener, Arc::new(AppState::default()), ctrl_c).await
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    calibration: Option<runs::Calibration>,
+    ctrl_c: bool,
+) -> std::io::Result<()> {
+    serve_with(
+        listener,
+        Arc::new(AppState::with_calibration(calibration)),
+        ctrl_c,
+    )
+    .await
 }
 
 async fn serve_with(
@@ -409,7 +441,15 @@ pub fn start_in_thread(addr: &str) -> std::io::Result<SocketAddr> {
 
 /// `start_in_thread`, also handing back the server's state (tests).
 pub fn start_with_state(addr: &str) -> std::io::Result<(SocketAddr, Arc<AppState>)> {
-    let state = Arc::new(AppState::default());
+    start_calibrated(addr, None)
+}
+
+/// A server priced with `calibration` (tests of `sandbox --calibration`).
+pub fn start_calibrated(
+    addr: &str,
+    calibration: Option<runs::Calibration>,
+) -> std::io::Result<(SocketAddr, Arc<AppState>)> {
+    let state = Arc::new(AppState::with_calibration(calibration));
     let served = state.clone();
     let std_listener = std::net::TcpListener::bind(addr)?;
     std_listener.set_nonblocking(true)?;

@@ -365,3 +365,50 @@ fn a_run_too_big_for_memory_is_refused_with_the_field_named() {
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(v["error"]["field"], "rate", "{v}");
 }
+
+#[test]
+fn a_calibration_prices_every_run_and_rides_on_the_pasteable_commands() {
+    let dir = std::env::temp_dir().join(format!("twin-sandbox-cal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("slow.json");
+    // A deployment whose weight streaming runs at half the default speed.
+    std::fs::write(
+        &path,
+        r#"{"schema": "vllm-twin-calibration/1", "terms": {"weight_stream": 0.5}}"#,
+    )
+    .unwrap();
+    let path = path.to_string_lossy().into_owned();
+    let cal = twin_sandbox::runs::Calibration::load(&path).unwrap();
+    let (calibrated, _) = twin_sandbox::server::start_calibrated("127.0.0.1:0", Some(cal)).unwrap();
+    let plain = start_sandbox();
+    let body = r#"{"duration_s": 40}"#;
+    let itl = |a| {
+        let v = request(a, "POST", "/api/simulate", Some(body)).json();
+        let pts = v["run"]["points"].as_array().unwrap().clone();
+        let itls: Vec<f64> = pts.iter().filter_map(|p| p["itl_p50"].as_f64()).collect();
+        (v, itls.iter().sum::<f64>() / itls.len() as f64)
+    };
+    let (v, slow) = itl(calibrated);
+    let (_, fast) = itl(plain);
+    assert!(slow > 1.3 * fast, "calibrated ITL {slow} vs default {fast}");
+    assert_eq!(v["calibration"], path.as_str());
+    for cmd in ["serve_command", "simulate_command"] {
+        assert!(
+            v[cmd]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("--calibration {path}")),
+            "{}",
+            v[cmd]
+        );
+    }
+    // A bad profile is refused before the server starts, naming the file and the field.
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"schema": "vllm-twin-calibration/1", "terms": {"gem": 1}}"#,
+    )
+    .unwrap();
+    let e = twin_sandbox::runs::Calibration::load(&bad.to_string_lossy()).unwrap_err();
+    assert!(e.contains("bad.json") && e.contains("gem"), "{e}");
+}
