@@ -33,6 +33,8 @@ pub struct Request {
     pub steps: Vec<String>,
     pub bench: Vec<String>,
     pub scrapes: Vec<String>,
+    /// Prometheus range queries, read as timelines.
+    pub prometheus: Vec<crate::prometheus::PromRange>,
     /// Requests one replay simulates at most.
     pub max_requests: usize,
     /// Objective evaluations at most; 0: 2000 for step timings alone (each is a pass over
@@ -232,9 +234,13 @@ fn pct(x: f64) -> String {
 
 /// Read, fit and describe; writes nothing.
 pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
-    if req.steps.is_empty() && req.bench.is_empty() && req.scrapes.is_empty() {
+    if req.steps.is_empty()
+        && req.bench.is_empty()
+        && req.scrapes.is_empty()
+        && req.prometheus.is_empty()
+    {
         return Err(CalibrateError::Usage(
-            "nothing to fit: give --steps, --bench or --scrapes (any mix)".into(),
+            "nothing to fit: give --steps, --bench, --scrapes or --prometheus (any mix)".into(),
         ));
     }
     let base = base_args(req)?;
@@ -273,7 +279,7 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
         });
     }
     // Replays need the deployment to start (its memory plan); step timings do not.
-    let startup = if req.bench.is_empty() && req.scrapes.is_empty() {
+    let startup = if req.bench.is_empty() && req.scrapes.is_empty() && req.prometheus.is_empty() {
         None
     } else {
         Some(twin_sim::startup(&base.config)?)
@@ -286,6 +292,12 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
     for (p, startup) in req.scrapes.iter().zip(std::iter::repeat(&startup)) {
         let Some(startup) = startup else { break };
         let s = read_scrapes(p, &read_input(p)?, &base.served_model_name)?;
+        inputs.push(prepare_scrapes(req, &base, startup, s, &mut warnings)?);
+    }
+    for (r, startup) in req.prometheus.iter().zip(std::iter::repeat(&startup)) {
+        let Some(startup) = startup else { break };
+        let text = crate::prometheus::fetch_timeline(r)?;
+        let s = read_scrapes(&r.label(), &text, &base.served_model_name)?;
         inputs.push(prepare_scrapes(req, &base, startup, s, &mut warnings)?);
     }
     let max_evals = match req.max_evals {
@@ -456,6 +468,48 @@ pub fn command() -> Command {
         .arg(files("bench", "a `vllm bench serve --save-result` JSON; repeatable"))
         .arg(files("scrapes", "an OpenMetrics timeline (simulate --scrapes-out, saved /metrics); repeatable"))
         .arg(
+            Arg::new("prometheus")
+                .long("prometheus")
+                .value_name("URL")
+                .help("a Prometheus server that scraped the deployment: its range queries over --start..--end (or --last) are read as a timeline"),
+        )
+        .arg(
+            Arg::new("prometheus-selector")
+                .long("prometheus-selector")
+                .value_name("MATCHERS")
+                .requires("prometheus")
+                .help("label matchers for every series, e.g. '{job=\"vllm\",namespace=\"prod\"}'"),
+        )
+        .arg(
+            Arg::new("start")
+                .long("start")
+                .value_name("TIME")
+                .requires_all(["prometheus", "end"])
+                .conflicts_with("last")
+                .help("--prometheus: the window's start, unix seconds or RFC 3339"),
+        )
+        .arg(
+            Arg::new("end")
+                .long("end")
+                .value_name("TIME")
+                .requires_all(["prometheus", "start"])
+                .help("--prometheus: the window's end, unix seconds or RFC 3339"),
+        )
+        .arg(
+            Arg::new("last")
+                .long("last")
+                .value_name("DURATION")
+                .requires("prometheus")
+                .help("--prometheus: the window ending now, e.g. 1h"),
+        )
+        .arg(
+            Arg::new("step")
+                .long("step")
+                .value_name("DURATION")
+                .default_value("15s")
+                .help("--prometheus: the range queries' resolution (a Prometheus duration)"),
+        )
+        .arg(
             Arg::new("out")
                 .long("out")
                 .value_name("FILE")
@@ -484,6 +538,48 @@ pub fn command() -> Command {
         )
 }
 
+/// `--prometheus URL` with its window: `--start`/`--end` as given, or `--last D` ending now.
+fn prom_range(
+    m: &clap::ArgMatches,
+    url: &str,
+) -> Result<crate::prometheus::PromRange, clap::Error> {
+    let get = |id: &str| m.get_one::<String>(id).cloned();
+    let invalid = |msg: String| command().error(clap::error::ErrorKind::InvalidValue, msg);
+    let (start, end) = match (get("start"), get("end"), get("last")) {
+        (Some(s), Some(e), None) => (s, e),
+        (None, None, Some(last)) => {
+            let (num, unit) = twin_workload::split_duration_unit(last.trim());
+            let secs = num
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .map(|x| x * unit)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "--last {last:?}: expected a duration such as 1h or 90m"
+                    ))
+                })?;
+            // The one wall-clock read of calibrate: "the last hour" means until now.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            (format!("{:.3}", now - secs), format!("{now:.3}"))
+        }
+        _ => {
+            return Err(invalid(
+                "--prometheus needs a window: --start T0 --end T1, or --last DURATION".into(),
+            ))
+        }
+    };
+    Ok(crate::prometheus::PromRange {
+        url: url.to_string(),
+        selector: get("prometheus-selector").unwrap_or_default(),
+        start,
+        end,
+        step: get("step").unwrap_or_else(|| "15s".into()),
+    })
+}
+
 /// Parse `argv` (after `calibrate`) into a [`Request`] and the output paths.
 pub fn parse(argv: &[String]) -> Result<(Request, String, String), clap::Error> {
     let m = command().try_get_matches_from(
@@ -508,6 +604,10 @@ pub fn parse(argv: &[String]) -> Result<(Request, String, String), clap::Error> 
         steps: many("steps"),
         bench: many("bench"),
         scrapes: many("scrapes"),
+        prometheus: match m.get_one::<String>("prometheus") {
+            None => vec![],
+            Some(url) => vec![prom_range(&m, url)?],
+        },
         max_requests: m
             .get_one::<u32>("max-requests")
             .map_or(DEFAULT_MAX_REQUESTS, |&n| n as usize),

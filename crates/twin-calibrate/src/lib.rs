@@ -5,6 +5,7 @@
 //! - [`steps`]: step timings (batch shape → ms), CSV as `docs/measurements/` holds or JSONL;
 //! - [`bench`]: `vllm bench serve --save-result` JSON, replayed through twin-sim at its rate;
 //! - [`scrapes`]: OpenMetrics timelines (`simulate --scrapes-out`, saved /metrics);
+//! - [`prometheus`]: a Prometheus server's range queries, read as such a timeline;
 //! - [`fit`]: the objective (mean |log(predicted / measured)|) and a bounded, deterministic
 //!   Nelder–Mead over the terms the inputs can identify;
 //! - [`svg`]: the predicted-vs-measured chart; [`cli`]: the command.
@@ -12,6 +13,7 @@
 pub mod bench;
 pub mod cli;
 pub mod fit;
+pub mod prometheus;
 pub mod scorecard;
 pub mod scrapes;
 pub mod steps;

@@ -301,3 +301,102 @@ fn a_backfilled_fleet_has_one_series_per_pod_matching_the_report() {
     assert!((hit - want).abs() < 1e-6, "fleet hit rate {hit} vs {want}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `calibrate --prometheus`: an H100 run's scrapes, backfilled and served by a real
+/// Prometheus, read back through its range-query API, fit the same profile as the scrapes
+/// file itself; a selector matching nothing is refused naming the series.
+#[test]
+fn calibrate_reads_a_prometheus_history_as_it_reads_the_scrapes() {
+    let dir = std::env::temp_dir().join(format!("twin-prom-cal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let scrapes = dir.join("scrapes.om");
+    let report = simulate_with_scrapes(
+        &[
+            "--gpu",
+            "h100",
+            "--num-requests",
+            "600",
+            "--request-rate",
+            "5",
+            "--max-num-batched-tokens",
+            "8192",
+        ],
+        &scrapes,
+        &[],
+    );
+    let (_guard, port) = backfill_and_serve(&dir, &scrapes);
+    // The step after the run's last scrape: range queries evaluate on the 15 s grid, so the
+    // window reads the final counts ~1 s later than the file (a ~1% longer span).
+    let end = EPOCH + (report["duration_s"].as_f64().unwrap() / 15.0).ceil() * 15.0;
+    let calibrate = |input: &[String], out: &str| {
+        let out_path = dir.join(out);
+        let o = Command::new(env!("CARGO_BIN_EXE_vllm-twin"))
+            .args([
+                "calibrate",
+                "--serve",
+                "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-batched-tokens 8192",
+                "--gpu",
+                "a100-80gb",
+                "--out",
+            ])
+            .arg(&out_path)
+            .args(input)
+            .output()
+            .expect("calibrate");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(&out_path).ok(),
+        )
+    };
+    let terms = |profile: &str| -> Vec<(String, f64)> {
+        let v: Value = serde_json::from_str(profile).unwrap();
+        v["terms"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, x)| (k.clone(), x.as_f64().unwrap()))
+            .collect()
+    };
+    let (code, said, file) = calibrate(
+        &["--scrapes".into(), scrapes.to_string_lossy().into_owned()],
+        "from-file.json",
+    );
+    assert_eq!(code, Some(0), "{said}");
+    let from_file = terms(&file.unwrap());
+    let url = format!("http://127.0.0.1:{port}");
+    let window = |selector: &str| {
+        let mut a = vec![
+            "--prometheus".to_string(),
+            url.clone(),
+            "--start".into(),
+            format!("{EPOCH}"),
+            "--end".into(),
+            format!("{end}"),
+        ];
+        if !selector.is_empty() {
+            a.extend(["--prometheus-selector".into(), selector.into()]);
+        }
+        a
+    };
+    let (code, said, file) = calibrate(&window(""), "from-prometheus.json");
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("prometheus http://127.0.0.1"), "{said}");
+    let from_prometheus = terms(&file.unwrap());
+    assert_eq!(from_file.len(), from_prometheus.len());
+    for ((k, a), (_, b)) in from_file.iter().zip(&from_prometheus) {
+        assert!(
+            (a - b).abs() <= 0.03 * a.abs().max(1e-4),
+            "{k}: {a} from the file, {b} from Prometheus"
+        );
+    }
+    let (code, said, _) = calibrate(&window(r#"{job="not-vllm"}"#), "none.json");
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("no vllm:time_to_first_token_seconds_sum series")
+            && said.contains("not-vllm"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
