@@ -127,7 +127,7 @@ fn rows() -> Vec<Row> {
             flag: "--gpu-memory-utilization",
             change: "0.85 -> 0.93",
             // 70B on 4 x H100: here the pool, not compute, is what runs out.
-            workload: "meta-llama/Llama-3.1-70B-Instruct -tp 4 --max-model-len 16384 --request-rate 1.5 --input-len 6000 --output-len 600 --shared-prefix none",
+            workload: "meta-llama/Llama-3.1-70B-Instruct -tp 4 --max-model-len 16384 --request-rate 1.2 --input-len 6000 --output-len 600 --shared-prefix none",
             a: "--gpu-memory-utilization 0.85",
             b: "--gpu-memory-utilization 0.93",
             claims: vec![
@@ -151,7 +151,7 @@ fn rows() -> Vec<Row> {
         Row {
             flag: "--max-num-batched-tokens",
             change: "2048 -> 8192",
-            workload: "--request-rate 4 --input-len lognormal:mean=6000,sigma=0.5 --output-len 200 --shared-prefix none",
+            workload: "--request-rate 3 --input-len lognormal:mean=6000,sigma=0.5 --output-len 200 --shared-prefix none",
             a: "--max-num-batched-tokens 2048",
             b: "--max-num-batched-tokens 8192",
             claims: vec![
@@ -163,7 +163,7 @@ fn rows() -> Vec<Row> {
         Row {
             flag: "--max-num-batched-tokens",
             change: "8192 -> 2048",
-            workload: "--request-rate 4 --input-len lognormal:mean=6000,sigma=0.5 --output-len 200 --shared-prefix none",
+            workload: "--request-rate 3 --input-len lognormal:mean=6000,sigma=0.5 --output-len 200 --shared-prefix none",
             a: "--max-num-batched-tokens 8192",
             b: "--max-num-batched-tokens 2048",
             claims: vec![
@@ -242,7 +242,7 @@ fn fleet_rows() -> Vec<Row> {
     // queue grows, as the kit's HPA comment warns.
     const PREFILL_STEP: &str = "--replicas 1 --num-requests 3000 --rate-profile step:0=3,120=14,480=3 --input-len lognormal:mean=4000,sigma=0.3 --output-len 20";
     // A chat step one replica nearly absorbs.
-    const CHAT_STEP: &str = "--replicas 1 --num-requests 5000 --rate-profile step:0=4,120=20,480=4 --input-len lognormal:mean=1500,sigma=0.6 --output-len 150";
+    const CHAT_STEP: &str = "--replicas 1 --num-requests 10000 --rate-profile step:0=4,120=20,480=4 --input-len lognormal:mean=1500,sigma=0.6 --output-len 150";
     vec![
         Row {
             flag: "--router",
