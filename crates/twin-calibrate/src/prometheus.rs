@@ -63,17 +63,6 @@ impl PromRange {
     }
 }
 
-fn urlencode(q: &str) -> String {
-    q.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -153,15 +142,14 @@ pub fn fetch_timeline(range: &PromRange) -> Result<String, CalibrateError> {
                 family_typed = family;
             }
         }
-        let url = format!(
-            "{base}/api/v1/query_range?query={}&start={}&end={}&step={}",
-            urlencode(&range.query(series)),
-            urlencode(&range.start),
-            urlencode(&range.end),
-            urlencode(&range.step)
-        );
         let resp = client
-            .get(&url)
+            .get(format!("{base}/api/v1/query_range"))
+            .query(&[
+                ("query", range.query(series).as_str()),
+                ("start", &range.start),
+                ("end", &range.end),
+                ("step", &range.step),
+            ])
             .send()
             .map_err(|e| input_err(&label, format!("cannot query {base}: {e}")))?;
         let status = resp.status();
