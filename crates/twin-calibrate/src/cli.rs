@@ -500,14 +500,14 @@ pub fn command() -> Command {
                 .long("last")
                 .value_name("DURATION")
                 .requires("prometheus")
-                .help("--prometheus: the window ending now, e.g. 1h"),
+                .help("--prometheus: the window ending now, in s, m or h (e.g. 90m)"),
         )
         .arg(
             Arg::new("step")
                 .long("step")
                 .value_name("DURATION")
-                .default_value("15s")
-                .help("--prometheus: the range queries' resolution (a Prometheus duration)"),
+                .requires("prometheus")
+                .help("--prometheus: the range queries' resolution, a Prometheus duration [default: 15s]"),
         )
         .arg(
             Arg::new("out")

@@ -126,7 +126,7 @@ impl Prepared {
         }
     }
 
-    /// (predicted, measured) seconds per point under `cal`.
+    /// (predicted, measured) per point under `cal`: seconds, or a published point's own unit.
     pub fn predict(&self, cal: &CostCalibration) -> Result<Vec<(f64, f64)>, SimError> {
         match self {
             Prepared::Steps {

@@ -29,7 +29,7 @@ use crate::spec_decode::{SpecDecodeConfig, SpecMethod};
 /// HBM streaming efficiency of weight GEMV/GEMM reads. [D] aiconfigurator's (NVIDIA) system
 /// yamls' `mem_bw_empirical_scaling_factor: 0.8` (hardware-and-models.md §1.3) × 1.057, the
 /// `weight_stream` term of the joint fit to every published point (`vllm-twin experiment
-/// fidelity`: its leave-one-out column is this constant's honest error).
+/// fidelity`: its leave-one-out column checks no single measurement carries the fit).
 pub const WEIGHT_STREAM_EFFICIENCY: f64 = 0.846;
 /// Fixed latency per kernel: aiconfigurator `mem_empirical_constant_latency: 3 us` (§1.3).
 pub const KERNEL_LATENCY_FLOOR_S: f64 = 3e-6;

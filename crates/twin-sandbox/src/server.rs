@@ -192,8 +192,9 @@ async fn catalog() -> Response {
     )
 }
 
-/// The `/api/plan` answer (also the stream's first event). With a calibration the commands
-/// carry `--calibration FILE` (both faces take it), so a pasted command prices as the page.
+/// The `/api/plan` answer (also the stream's first event). With a calibration the `simulate`
+/// command carries `--calibration FILE`, so pasted it prices as the page; the `vllm serve` line
+/// stays one vLLM accepts.
 fn plan_json(c: &Controls, prepared: &Prepare, cal: Option<&runs::Calibration>) -> Value {
     let with_cal = |cmd: String| match cal {
         Some(cal) => format!(
@@ -207,7 +208,7 @@ fn plan_json(c: &Controls, prepared: &Prepare, cal: Option<&runs::Calibration>) 
         Prepare::Ready(p) => json!({
             "ok": true,
             "plan": p.plan,
-            "serve_command": with_cal(c.serve_command()),
+            "serve_command": c.serve_command(),
             "simulate_command": with_cal(c.simulate_command()),
             "notes": p.notes,
             "calibration": calibration,
@@ -215,7 +216,7 @@ fn plan_json(c: &Controls, prepared: &Prepare, cal: Option<&runs::Calibration>) 
         Prepare::Refused(r) => json!({
             "ok": false,
             "refused": r,
-            "serve_command": with_cal(c.serve_command()),
+            "serve_command": c.serve_command(),
             "simulate_command": with_cal(c.simulate_command()),
             "calibration": calibration,
         }),

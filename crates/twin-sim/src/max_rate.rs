@@ -53,6 +53,8 @@ pub const RELATIVE_TOLERANCE: f64 = 0.02;
 const MAX_BRACKET_STEPS: u32 = 16;
 /// Probes in all (bracketing plus bisection).
 const MAX_PROBES: usize = 40;
+/// How a probe too short to judge says so (and how the search recognises one).
+pub const TOO_FEW_REQUESTS: &str = "too few requests to judge";
 
 /// One simulation at one rate.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -86,6 +88,9 @@ pub struct MaxRateSearch {
     pub slo_attainment: f64,
     /// What the rate means for this workload ("Poisson rate", "peak of the step profile", …).
     pub rate_meaning: &'static str,
+    /// The first unsustained rate failed only for want of requests to judge it by (no
+    /// `--slo-*`): the true limit may be higher; more `--num-requests` would tell.
+    pub limited_by_requests: bool,
     pub probes: Vec<RateProbe>,
 }
 
@@ -201,10 +206,10 @@ fn probe(
     if r.overload.is_none() && slo == Slo::default() {
         // Nothing else can judge the rate: a short burst fits in the batch at any rate.
         reasons.push(format!(
-            "too few requests to judge at this rate ({} arrive in {:.1} s; a verdict needs \
-             {:.0} s of arrivals: raise --num-requests or give --slo-*)",
+            "{TOO_FEW_REQUESTS} at this rate ({} requests; a queue verdict needs {} arrivals \
+             over {:.0} s or more: raise --num-requests or give --slo-*)",
             target.workload().num_requests,
-            target.workload().num_requests as f64 / (nominal * factor),
+            crate::overload::MIN_ARRIVALS_FOR_VERDICT,
             crate::overload::MIN_ARRIVAL_SPAN_S
         ));
     }
@@ -320,7 +325,7 @@ pub fn search(
             }
             // Two halvings in a row left the goodput share where it was: the SLOs fail on
             // requests that barely meet each other, and no lower rate will meet them.
-            if let [.., a, b, c] = probes.as_slice() {
+            if let (false, [.., a, b, c]) = (slo == Slo::default(), probes.as_slice()) {
                 let flat =
                     |x: &RateProbe, y: &RateProbe| (x.goodput_share - y.goodput_share).abs() < 0.01;
                 if flat(a, b) && flat(b, c) {
@@ -342,7 +347,13 @@ pub fn search(
         lo = Some(l);
         hi = Some(h);
     }
+    let limited_by_requests = hi.is_some_and(|h| {
+        probes
+            .iter()
+            .any(|p| p.factor == h && p.reason.starts_with(TOO_FEW_REQUESTS))
+    });
     Ok(MaxRateSearch {
+        limited_by_requests,
         max_requests_per_s: lo.map(|f| f * nominal),
         max_factor: lo,
         first_unsustained_requests_per_s: hi.map(|f| f * nominal),
@@ -405,12 +416,26 @@ impl MaxRateSearch {
                     self.max_factor.unwrap_or(0.0),
                     self.rate_meaning
                 );
+                if self.limited_by_requests {
+                    let _ = writeln!(
+                        s,
+                        "(a floor, not the limit: {over:.2} req/s had too few requests to judge; \
+                         raise --num-requests or give --slo-* to search higher)"
+                    );
+                }
             }
             (Some(max), None) => {
                 let _ = writeln!(
                     s,
                     "sustained every rate tried, up to {max:.2} req/s (rate = {}): the limit is higher",
                     self.rate_meaning
+                );
+            }
+            (None, Some(low)) if self.slo == Slo::default() => {
+                let _ = writeln!(
+                    s,
+                    "no rate tried was sustained, down to {low:.3} req/s (see each probe's \
+                     verdict)"
                 );
             }
             (None, Some(low)) => {

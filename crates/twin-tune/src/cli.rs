@@ -20,8 +20,9 @@ usage: vllm-twin tune MODEL --gpu G [--gpus N] [--workload W|TRACE] [simulate's 
 Searches vLLM flags for the best objective at each config's max sustainable rate under the SLOs
 (docs/tune.md). --search axes: max-num-batched-tokens, max-num-seqs, max-num-active-seqs,
 long-prefill-token-threshold, kv-cache-dtype, gpu-memory-utilization, block-size,
-enable-prefix-caching (true,false), speculative (off,ngram), split (TPxDP, e.g. 1x4,2x2);
-`default` leaves a flag at vLLM's default.";
+enable-prefix-caching (true,false), speculative (off,ngram), split (TPxDP or TPxDPxR, e.g.
+1x4,2x2,1x1x4: R replicas behind --router); `default` leaves a flag at vLLM's default. At least
+one --slo-* is required.";
 
 /// Bytes in one shard file `tune merge` reads (a 100,000-config sweep's is ~100 MB).
 pub const MAX_SHARD_FILE_BYTES: u64 = 512 << 20;
@@ -88,7 +89,7 @@ const TUNE_FLAGS: &[(&str, Option<&str>, &str)] = &[
     (
         "gpus",
         Some("N"),
-        "GPUs per deployment: every TP x DP split of N is searched [default: 1]",
+        "GPUs per deployment: every TP x DP split of N, and TP x replicas, is searched [default: 1]",
     ),
     (
         "objective",

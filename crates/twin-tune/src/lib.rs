@@ -404,6 +404,16 @@ pub fn check_base(base_args: &[String]) -> Result<SimulateArgs, TuneError> {
                 .into(),
         });
     }
+    if parsed.slo == Slo::default() {
+        return Err(TuneError::Spec {
+            field: "--slo-ttft-ms".into(),
+            message: "tune ranks configs by the rate they sustain under SLOs: give \
+                      --slo-ttft-ms and/or --slo-tpot-ms (or --slo-e2e-ms). Without one only the \
+                      queue can judge a rate, and a short screening run cannot: every fast \
+                      config would tie at what its request count can show"
+                .into(),
+        });
+    }
     Ok(parsed)
 }
 

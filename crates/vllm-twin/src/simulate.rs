@@ -145,6 +145,15 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    if sim.find_max_rate
+        && (sim.out_dir.is_some() || sim.metrics_out.is_some() || sim.scrapes_out.is_some())
+    {
+        eprintln!(
+            "error: --find-max-rate prints the search; --out, --metrics-out and --scrapes-out \
+             write one run's files: run the rate it finds without --find-max-rate"
+        );
+        return Ok(ExitCode::from(2));
+    }
     if let Some(fleet) = sim.fleet.clone() {
         return crate::fleet::run(args, &sim, &fleet, &read);
     }

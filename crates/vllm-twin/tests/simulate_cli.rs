@@ -565,6 +565,7 @@ fn find_max_rate_brackets_the_knee_of_the_same_workload() {
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let short_max = s["max_requests_per_s"].as_f64().unwrap();
     assert!(short_max <= 200.0 / 4.0, "{s}");
+    assert_eq!(s["limited_by_requests"], true, "{s}");
     assert!(
         s["probes"]
             .as_array()
@@ -573,6 +574,16 @@ fn find_max_rate_brackets_the_knee_of_the_same_workload() {
             .any(|p| p["reason"].as_str().unwrap().contains("too few requests")),
         "{s}"
     );
+
+    // One run's files have no run to come from.
+    let out = twin(&[
+        "simulate",
+        "--find-max-rate",
+        "--metrics-out",
+        "/tmp/never.prom",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--metrics-out"));
 
     // No rate to find.
     let out = twin(&["simulate", "--find-max-rate", "--max-concurrency", "8"]);

@@ -153,6 +153,7 @@ fn bad_tune_input_is_refused_naming_the_flag() {
             vec!["llama-3.1-8b", "--max-concurrency", "8", "--yes"],
             "closed loop",
         ),
+        (vec!["llama-3.1-8b", "--yes"], "under SLOs"),
         (
             vec!["merge", "/nonexistent/shard.json"],
             "/nonexistent/shard.json",
