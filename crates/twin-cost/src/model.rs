@@ -414,6 +414,23 @@ static CATALOG: &[Entry] = &[
         },
     },
     Entry {
+        aliases: &["Qwen/Qwen3-14B", "qwen3-14b"],
+        build: || {
+            DenseRow {
+                name: "Qwen/Qwen3-14B",
+                model_type: "qwen3",
+                num_layers: 40,
+                hidden_size: 5120,
+                num_attention_heads: 40,
+                num_kv_heads: 8,
+                intermediate_size: 17408,
+                vocab_size: 151_936,
+                max_position_embeddings: 40_960,
+            }
+            .spec()
+        },
+    },
+    Entry {
         aliases: &["Qwen/Qwen3-32B", "qwen3-32b"],
         build: || {
             DenseRow {
@@ -1002,6 +1019,7 @@ mod tests {
             // Tied embeddings: stored once, but the head GEMM still reads them per token.
             ("qwen3-4b", 4.02, 4.41),
             ("qwen3-8b", 8.19, 8.19),
+            ("qwen3-14b", 14.77, 14.77),
             ("qwen3-32b", 32.76, 32.76),
             ("mistral-7b-v0.1", 7.24, 7.24),
             ("qwen3-30b-a3b", 30.53, 3.35),
