@@ -14,7 +14,7 @@ use twin_workload::{
 
 use crate::bench::{read_bench, BenchInput};
 use crate::fit::{fit, median_relative_error, FitOptions, FitResult, Prepared};
-use crate::scrapes::{read_scrapes, ScrapeInput};
+use crate::scrapes::{read_scrapes, read_timeline, ScrapeInput};
 use crate::steps::read_steps;
 use crate::{input_err, read_input, same_model, svg, CalibrateError};
 
@@ -296,8 +296,8 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
     }
     for (r, startup) in req.prometheus.iter().zip(std::iter::repeat(&startup)) {
         let Some(startup) = startup else { break };
-        let text = crate::prometheus::fetch_timeline(r)?;
-        let s = read_scrapes(&r.label(), &text, &base.served_model_name)?;
+        let timeline = crate::prometheus::fetch_timeline(r)?;
+        let s = read_timeline(&r.label(), timeline, &base.served_model_name)?;
         inputs.push(prepare_scrapes(req, &base, startup, s, &mut warnings)?);
     }
     let max_evals = match req.max_evals {

@@ -1,13 +1,13 @@
 //! A Prometheus server's range queries as a timeline: `calibrate --prometheus URL --start T0
 //! --end T1 [--step 15s] [--prometheus-selector '{job="vllm"}']` asks `/api/v1/query_range`
-//! for each series [`crate::scrapes`] reads and writes the matrices back out as one timestamped
-//! exposition, so a Prometheus history is read exactly as saved scrapes are (the same window
+//! for each series [`crate::scrapes`] reads and gathers the matrices into one timestamped
+//! [`Scrape`], so a Prometheus history is read exactly as saved scrapes are (the same window
 //! arithmetic, counter resets, model check and refusals).
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::Value;
+use twin_metrics::parser::{self, FamilyMeta, Sample, Scrape};
 
 use crate::{input_err, CalibrateError};
 
@@ -63,15 +63,13 @@ impl PromRange {
     }
 }
 
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// A `/api/v1/query_range` answer's matrix appended to `out` as exposition lines with
-/// millisecond timestamps. Returns the number of series.
-pub fn matrix_to_text(label: &str, body: &str, out: &mut String) -> Result<usize, CalibrateError> {
+/// A `/api/v1/query_range` answer's matrix appended to `out` as samples with their timestamps
+/// (seconds). Returns the number of series.
+pub fn matrix_samples(
+    label: &str,
+    body: &str,
+    out: &mut Vec<Sample>,
+) -> Result<usize, CalibrateError> {
     let v: Value = serde_json::from_str(body)
         .map_err(|e| input_err(label, format!("not a Prometheus API answer: {e}")))?;
     if v["status"] != "success" {
@@ -99,48 +97,57 @@ pub fn matrix_to_text(label: &str, body: &str, out: &mut String) -> Result<usize
             .get("__name__")
             .and_then(Value::as_str)
             .ok_or_else(|| input_err(label, "a series without __name__"))?;
-        let labels: Vec<String> = metric
+        let labels: Vec<(String, String)> = metric
             .iter()
             .filter(|(k, _)| k.as_str() != "__name__")
-            .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v.as_str().unwrap_or(""))))
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
             .collect();
-        let head = if labels.is_empty() {
-            name.to_string()
-        } else {
-            format!("{name}{{{}}}", labels.join(","))
-        };
         for pair in series["values"].as_array().into_iter().flatten() {
-            let (Some(t), Some(x)) = (pair[0].as_f64(), pair[1].as_str()) else {
+            let (Some(t), Some(x)) = (
+                pair[0].as_f64(),
+                pair[1].as_str().and_then(parser::parse_value),
+            ) else {
                 return Err(input_err(label, format!("a bad sample {pair} of {name}")));
             };
-            let _ = writeln!(out, "{head} {x} {}", (t * 1e3).round() as i64);
+            out.push(Sample {
+                name: name.to_string(),
+                labels: labels.clone(),
+                value: x,
+                timestamp: Some(t),
+                line: 0,
+            });
         }
     }
     Ok(result.len())
 }
 
-/// Fetch every series of `range` and return them as one exposition text (what
-/// [`crate::scrapes::read_scrapes`] reads).
-pub fn fetch_timeline(range: &PromRange) -> Result<String, CalibrateError> {
+/// Fetch every series of `range` as one timeline (what [`crate::scrapes::read_timeline`]
+/// reads).
+pub fn fetch_timeline(range: &PromRange) -> Result<Scrape, CalibrateError> {
     let label = range.label();
     let client = reqwest::blocking::Client::builder()
         .timeout(QUERY_TIMEOUT)
         .build()
         .map_err(|e| input_err(&label, format!("cannot start an HTTP client: {e}")))?;
     let base = range.url.trim_end_matches('/');
-    let mut text = String::new();
-    let mut family_typed = "";
+    // Samples with OpenMetrics' seconds; a histogram's parts count as monotonic only under
+    // their family's type (a gauge may end in `_count`).
+    let mut timeline = Scrape {
+        saw_eof: true,
+        ..Scrape::default()
+    };
     for series in SERIES {
-        // A histogram's parts count only under their family's TYPE (a gauge may end in
-        // `_count`); the series of one family come together.
         if let Some(family) = ["_sum", "_count", "_bucket"]
             .iter()
             .find_map(|suffix| series.strip_suffix(suffix))
         {
-            if family != family_typed {
-                let _ = writeln!(text, "# TYPE {family} histogram");
-                family_typed = family;
-            }
+            timeline.meta.insert(
+                family.to_string(),
+                FamilyMeta {
+                    kind: Some("histogram".into()),
+                    ..FamilyMeta::default()
+                },
+            );
         }
         let resp = client
             .get(format!("{base}/api/v1/query_range"))
@@ -160,7 +167,7 @@ pub fn fetch_timeline(range: &PromRange) -> Result<String, CalibrateError> {
         if !status.is_success() && !body.trim_start().starts_with('{') {
             return Err(input_err(&label, format!("{base} answered HTTP {status}")));
         }
-        let n = matrix_to_text(&label, &body, &mut text)?;
+        let n = matrix_samples(&label, &body, &mut timeline.samples)?;
         if n == 0 && series.contains("time_to_first_token") {
             return Err(input_err(
                 &label,
@@ -176,7 +183,7 @@ pub fn fetch_timeline(range: &PromRange) -> Result<String, CalibrateError> {
             ));
         }
     }
-    Ok(text)
+    Ok(timeline)
 }
 
 #[cfg(test)]
@@ -188,14 +195,32 @@ mod tests {
         let body = r#"{"status":"success","data":{"resultType":"matrix","result":[
             {"metric":{"__name__":"vllm:request_prompt_tokens_bucket","le":"+Inf","model_name":"m\"x"},
              "values":[[1767225600,"3"],[1767225615.5,"7"]]}]}}"#;
-        let mut out = String::new();
-        assert_eq!(matrix_to_text("p", body, &mut out).unwrap(), 1);
+        let mut out = Vec::new();
+        assert_eq!(matrix_samples("p", body, &mut out).unwrap(), 1);
+        let labels = vec![
+            ("le".to_string(), "+Inf".to_string()),
+            ("model_name".to_string(), "m\"x".to_string()),
+        ];
         assert_eq!(
-            out,
-            "vllm:request_prompt_tokens_bucket{le=\"+Inf\",model_name=\"m\\\"x\"} 3 1767225600000\n\
-             vllm:request_prompt_tokens_bucket{le=\"+Inf\",model_name=\"m\\\"x\"} 7 1767225615500\n"
+            out.iter()
+                .map(|x| (x.name.as_str(), &x.labels, x.value, x.timestamp))
+                .collect::<Vec<_>>(),
+            vec![
+                (
+                    "vllm:request_prompt_tokens_bucket",
+                    &labels,
+                    3.0,
+                    Some(1767225600.0)
+                ),
+                (
+                    "vllm:request_prompt_tokens_bucket",
+                    &labels,
+                    7.0,
+                    Some(1767225615.5)
+                ),
+            ]
         );
-        let e = matrix_to_text(
+        let e = matrix_samples(
             "p",
             r#"{"status":"error","errorType":"bad_data","error":"exceeded maximum resolution of 11,000 points per timeseries"}"#,
             &mut out,
@@ -203,7 +228,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("bad_data") && e.contains("11,000"), "{e}");
-        assert!(matrix_to_text("p", "<html>", &mut out).is_err());
+        assert!(matrix_samples("p", "<html>", &mut out).is_err());
     }
 
     #[test]

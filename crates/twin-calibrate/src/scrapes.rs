@@ -140,6 +140,15 @@ pub fn read_scrapes(
     served_model_name: &str,
 ) -> Result<ScrapeInput, CalibrateError> {
     let whole = parser::parse(text).map_err(|e| input_err(path, e.to_string()))?;
+    read_timeline(path, whole, served_model_name)
+}
+
+/// [`read_scrapes`] of samples already parsed (or gathered from Prometheus' range queries).
+pub fn read_timeline(
+    path: &str,
+    whole: Scrape,
+    served_model_name: &str,
+) -> Result<ScrapeInput, CalibrateError> {
     let scrapes = split_by_time(whole);
     if scrapes.len() < MIN_SCRAPES {
         return Err(input_err(
