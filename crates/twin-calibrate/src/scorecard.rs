@@ -269,42 +269,27 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
             .or_default()
             .push(p);
     }
-    let summaries = groups
+    let mut summaries: Vec<Summary> = groups
         .into_iter()
         .map(|((_, group), pts)| {
             let e: Vec<f64> = pts.iter().map(|p| p.error()).collect();
             let l: Vec<f64> = pts.iter().map(|p| p.error_loo()).collect();
-            Summary {
-                group,
-                num_points: pts.len(),
-                median_abs_error: abs_quantile(&e, 0.5),
-                p90_abs_error: abs_quantile(&e, 0.9),
-                median_abs_error_loo: abs_quantile(&l, 0.5),
-                p90_abs_error_loo: abs_quantile(&l, 0.9),
-            }
+            summary(group, &e, &l)
         })
         .collect();
     let all = fit_on((0..n).collect())?;
     let runs = score_runs()?;
-    let mut summaries: Vec<Summary> = summaries;
-    for (group, pick) in [
-        ("end-to-end runs: TTFT", "TTFT"),
-        ("end-to-end runs: TPOT, ITL", "decode"),
+    for (group, ttft) in [
+        ("end-to-end runs: TTFT", true),
+        ("end-to-end runs: TPOT, ITL", false),
     ] {
         let e: Vec<f64> = runs
             .iter()
-            .filter(|r| (r.metric == "TTFT") == (pick == "TTFT"))
+            .filter(|r| (r.metric == "TTFT") == ttft)
             .map(RunScore::error)
             .collect();
         // No fit saw these runs: held out is the same as the defaults.
-        summaries.push(Summary {
-            group: group.into(),
-            num_points: e.len(),
-            median_abs_error: abs_quantile(&e, 0.5),
-            p90_abs_error: abs_quantile(&e, 0.9),
-            median_abs_error_loo: abs_quantile(&e, 0.5),
-            p90_abs_error_loo: abs_quantile(&e, 0.9),
-        });
+        summaries.push(summary(group.into(), &e, &e));
     }
     Ok(Scorecard {
         points,
@@ -316,6 +301,18 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
             .map(|(k, v)| (k.to_string(), *v))
             .collect(),
     })
+}
+
+/// Median and p90 of a group's |errors| with the defaults (`e`) and held out (`loo`).
+fn summary(group: String, e: &[f64], loo: &[f64]) -> Summary {
+    Summary {
+        group,
+        num_points: e.len(),
+        median_abs_error: abs_quantile(e, 0.5),
+        p90_abs_error: abs_quantile(e, 0.9),
+        median_abs_error_loo: abs_quantile(loo, 0.5),
+        p90_abs_error_loo: abs_quantile(loo, 0.9),
+    }
 }
 
 fn sig(v: f64) -> String {
