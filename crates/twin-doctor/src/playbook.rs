@@ -237,7 +237,7 @@ pub fn diagnose(sig: &Signals, th: &Thresholds, ctx: &Ctx) -> Vec<Finding> {
     scenario1_ttft(sig, th, ctx, &mut out);
     scenario2_itl(sig, th, ctx, &mut out);
     scenario3_preemption(sig, th, ctx, &mut out);
-    scenario4_autoscale(sig, th, ctx, &mut out);
+    scenario4_autoscale(sig, ctx, &mut out);
     extras(sig, ctx, &mut out);
     out
 }
@@ -812,7 +812,7 @@ pub fn admission_cap(sig: &Signals) -> Cap {
     Cap::Derived { to, how }
 }
 
-fn scenario4_autoscale(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Finding>) {
+fn scenario4_autoscale(sig: &Signals, ctx: &Ctx, out: &mut Vec<Finding>) {
     let kv = sig.kv_usage.as_ref().map(|g| g.mean).unwrap_or(0.0);
     let w = sig.waiting.clone().unwrap_or_default();
     let window = sig.window_s.unwrap_or(0.0);
@@ -834,7 +834,6 @@ fn scenario4_autoscale(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<
         ),
         ev("window_s", window, ""),
     ];
-    let _ = th;
     out.push(finding(FindingHead { id: "autoscale-signal", scenario: "4", title: "Autoscaling: the monitoring guide's scale-out trigger fires", severity: Severity::Info, confidence: Confidence::Medium }, sig, e, "Scale on vllm:kv_cache_usage_perc > 0.65 or vllm:num_requests_waiting > 3 sustained for 15-30 s. Never on CPU, DCGM_FI_DEV_GPU_UTIL (always high) or DCGM_FI_DEV_FB_USED (full from start-up).", vec![ctx.scale_out(sig, &[("queue_mean_s", Down), ("kv_usage_mean", Down)])]));
 }
 
