@@ -55,6 +55,18 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// `workload` on the twin's A100 priced with `profile` (written to `file` for --calibration).
+fn run_as_a100_with(profile: &twin_cost::CalibrationProfile, file: &str, workload: &str) -> Report {
+    let path = tmp(file);
+    std::fs::write(&path, profile.to_json()).unwrap();
+    run(
+        workload,
+        &format!("--gpu a100-80gb --calibration {}", path.display()),
+        None,
+    )
+    .0
+}
+
 fn within(a: f64, b: f64, tol: f64) -> bool {
     (a / b - 1.0).abs() <= tol
 }
@@ -115,13 +127,7 @@ fn scrapes_of_an_h100_run_calibrate_an_a100_twin_into_reproducing_it() {
         out.warnings
     );
 
-    let profile = tmp("a100-from-h100.json");
-    std::fs::write(&profile, out.profile.to_json()).unwrap();
-    let (calibrated, _) = run(
-        WORKLOAD,
-        &format!("--gpu a100-80gb --calibration {}", profile.display()),
-        None,
-    );
+    let calibrated = run_as_a100_with(&out.profile, "a100-from-h100.json", WORKLOAD);
     assert_reproduces(&h100, &calibrated, "A100 + profile");
     assert!(out.svg.starts_with("<svg") && out.svg.contains("<circle"));
 }
@@ -161,13 +167,7 @@ fn a_bench_result_of_an_h100_run_calibrates_an_a100_twin() {
         "{:?}",
         out.warnings
     );
-    let profile = tmp("a100-from-h100-bench.json");
-    std::fs::write(&profile, out.profile.to_json()).unwrap();
-    let (calibrated, _) = run(
-        RANDOM_DATASET,
-        &format!("--gpu a100-80gb --calibration {}", profile.display()),
-        None,
-    );
+    let calibrated = run_as_a100_with(&out.profile, "a100-from-h100-bench.json", RANDOM_DATASET);
     assert_reproduces(&h100, &calibrated, "A100 + bench profile");
 
     // With --save-detailed, each request's lengths are replayed and nothing is said of them.
@@ -227,14 +227,8 @@ fn timelines_at_two_loads_also_fit_a_per_step_overhead_and_reproduce_both() {
     for i in &out.profile.fitted_on.inputs {
         assert!(i.error_after < 0.03, "{}", out.summary);
     }
-    let profile = tmp("a100-two-loads.json");
-    std::fs::write(&profile, out.profile.to_json()).unwrap();
     for (w, reference) in [LOW, HIGH].into_iter().zip(&h100) {
-        let (calibrated, _) = run(
-            w,
-            &format!("--gpu a100-80gb --calibration {}", profile.display()),
-            None,
-        );
+        let calibrated = run_as_a100_with(&out.profile, "a100-two-loads.json", w);
         assert_reproduces(reference, &calibrated, w);
     }
 }
