@@ -78,8 +78,9 @@ struct PublishedRun {
     source: &'static str,
     /// `simulate` arguments: model, GPU, the serve line's flags and the benchmark's workload.
     args: &'static str,
-    /// (metric, published median in ms).
-    medians_ms: &'static [(&'static str, f64)],
+    /// (metric, published value): TTFT, TPOT and ITL medians in ms; "req/s" the request
+    /// throughput (completed requests over the benchmark's duration).
+    published: &'static [(&'static str, f64)],
 }
 
 const GPUSTACK: &str = "gpustack/gpustack docs/performance-lab";
@@ -88,50 +89,50 @@ const RUNS: &[PublishedRun] = &[
     PublishedRun {
         name: "Qwen3-8B H100 ShareGPT concurrency 1",
         source: "qwen3-8b/h100-latency.md (v0.11.0)",
-        args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 1 --num-requests 100 --seed 42",
-        medians_ms: &[("TTFT", 60.38), ("TPOT", 7.22), ("ITL", 7.23)],
+        args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 1 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 60.38), ("TPOT", 7.22), ("ITL", 7.23)],
     },
     PublishedRun {
         name: "Qwen3-8B H100 ShareGPT concurrency 4",
         source: "qwen3-8b/h100-latency.md (v0.11.0)",
-        args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42",
-        medians_ms: &[("TTFT", 60.26), ("TPOT", 7.40), ("ITL", 7.37)],
+        args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 60.26), ("TPOT", 7.40), ("ITL", 7.37), ("req/s", 2.25)],
     },
     PublishedRun {
         name: "Qwen3-14B H100 random 4000/200 burst of 500",
         source: "qwen3-14b/h100.md (v0.11.0)",
-        args: "Qwen/Qwen3-14B --gpu h100-sxm --input-len 4000 --output-len 200 --request-rate inf --num-requests 500 --seed 42",
-        medians_ms: &[("TTFT", 110_734.54), ("TPOT", 139.68), ("ITL", 43.93)],
+        args: "Qwen/Qwen3-14B --gpu h100-sxm --input-len 4000 --output-len 200 --request-rate inf --num-requests 500 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 110_734.54), ("TPOT", 139.68), ("ITL", 43.93), ("req/s", 2.20)],
     },
     PublishedRun {
         name: "Qwen3-14B H100 ShareGPT burst of 1000",
         source: "qwen3-14b/h100.md (v0.11.0)",
-        args: "Qwen/Qwen3-14B --gpu h100-sxm --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=202,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42",
-        medians_ms: &[("TTFT", 21_872.31), ("TPOT", 117.46), ("ITL", 59.99)],
+        args: "Qwen/Qwen3-14B --gpu h100-sxm --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=202,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 21_872.31), ("TPOT", 117.46), ("ITL", 59.99), ("req/s", 15.74)],
     },
     PublishedRun {
         name: "Qwen3-32B H100 ShareGPT burst of 1000",
         source: "qwen3-32b/h100.md (v0.11.0)",
-        args: "Qwen/Qwen3-32B --gpu h100-sxm --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=202,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42",
-        medians_ms: &[("TTFT", 77_291.46), ("TPOT", 70.72), ("ITL", 50.20)],
+        args: "Qwen/Qwen3-32B --gpu h100-sxm --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=202,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling --max-model-len 16384",
+        published: &[("TTFT", 77_291.46), ("TPOT", 70.72), ("ITL", 50.20), ("req/s", 5.62)],
     },
     PublishedRun {
         name: "gpt-oss-120b H100 TP1 ShareGPT burst of 1000",
         source: "gpt-oss-120b/h100.md (v0.10.2)",
-        args: "openai/gpt-oss-120b --gpu h100-sxm --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42",
-        medians_ms: &[("TTFT", 25_973.43), ("TPOT", 47.57), ("ITL", 37.98)],
+        args: "openai/gpt-oss-120b --gpu h100-sxm --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 25_973.43), ("TPOT", 47.57), ("ITL", 37.98)],
     },
     PublishedRun {
         name: "gpt-oss-120b 2xH100 TP2 ShareGPT burst of 1000",
         source: "gpt-oss-120b/h100.md (v0.10.2, --async-scheduling)",
-        args: "openai/gpt-oss-120b --gpu h100-sxm -tp 2 --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42",
-        medians_ms: &[("TTFT", 4_600.39), ("TPOT", 51.57), ("ITL", 31.37)],
+        args: "openai/gpt-oss-120b --gpu h100-sxm -tp 2 --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
+        published: &[("TTFT", 4_600.39), ("TPOT", 51.57), ("ITL", 31.37)],
     },
     PublishedRun {
         name: "gpt-oss-120b 4xH100 TP4 ShareGPT burst of 1000",
         source: "gpt-oss-120b/h100.md (v0.10.2, --async-scheduling)",
-        args: "openai/gpt-oss-120b --gpu h100-sxm -tp 4 --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42",
-        medians_ms: &[("TTFT", 2_871.45), ("TPOT", 34.49), ("ITL", 21.75)],
+        args: "openai/gpt-oss-120b --gpu h100-sxm -tp 4 --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
+        published: &[("TTFT", 2_871.45), ("TPOT", 34.49), ("ITL", 21.75)],
     },
 ];
 
@@ -143,13 +144,15 @@ pub struct RunScore {
     /// The `simulate` arguments that reproduce it.
     pub args: String,
     pub metric: String,
-    pub published_ms: f64,
-    pub predicted_ms: f64,
+    /// "ms" for the latency medians, "req/s" for throughput.
+    pub unit: String,
+    pub published: f64,
+    pub predicted: f64,
 }
 
 impl RunScore {
     pub fn error(&self) -> f64 {
-        self.predicted_ms / self.published_ms - 1.0
+        self.predicted / self.published - 1.0
     }
 }
 
@@ -164,19 +167,21 @@ fn score_runs() -> Result<Vec<RunScore>, SimError> {
         let mut b = ReportBuilder::new(Slo::default()).with_workload(&a.config.workload);
         twin_sim::run(&a.config, &startup, &mut b)?;
         let rep = b.finish(a.config.data_parallel_size);
-        for &(metric, published_ms) in r.medians_ms {
-            let d = match metric {
-                "TTFT" => &rep.ttft_s,
-                "TPOT" => &rep.tpot_s,
-                _ => &rep.itl_s,
+        for &(metric, published) in r.published {
+            let (predicted, unit) = match metric {
+                "TTFT" => (rep.ttft_s.p50 * 1e3, "ms"),
+                "TPOT" => (rep.tpot_s.p50 * 1e3, "ms"),
+                "ITL" => (rep.itl_s.p50 * 1e3, "ms"),
+                _ => (rep.requests_per_s, "req/s"),
             };
             out.push(RunScore {
                 name: r.name.into(),
                 source: format!("{GPUSTACK}/{}", r.source),
                 args: r.args.into(),
                 metric: metric.into(),
-                published_ms,
-                predicted_ms: d.p50 * 1e3,
+                unit: unit.into(),
+                published,
+                predicted,
             });
         }
     }
@@ -279,13 +284,14 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
         .collect();
     let all = fit_on((0..n).collect())?;
     let runs = score_runs()?;
-    for (group, ttft) in [
-        ("end-to-end runs: TTFT", true),
-        ("end-to-end runs: TPOT, ITL", false),
+    for (group, metrics) in [
+        ("end-to-end runs: TTFT", &["TTFT"][..]),
+        ("end-to-end runs: TPOT, ITL", &["TPOT", "ITL"][..]),
+        ("end-to-end runs: request throughput", &["req/s"][..]),
     ] {
         let e: Vec<f64> = runs
             .iter()
-            .filter(|r| (r.metric == "TTFT") == ttft)
+            .filter(|r| metrics.contains(&r.metric.as_str()))
             .map(RunScore::error)
             .collect();
         // No fit saw these runs: held out is the same as the defaults.
@@ -366,17 +372,23 @@ impl Scorecard {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "| End-to-end run (never fitted) | Median | Published | Twin | Error |"
+            "| End-to-end run (never fitted) | Metric | Published | Twin | Error |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|");
         for r in &self.runs {
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.2} ms | {:.2} ms | {:+.1}% |",
+                "| {} | {} | {:.2} {} | {:.2} {} | {:+.1}% |",
                 r.name,
-                r.metric,
-                r.published_ms,
-                r.predicted_ms,
+                if r.unit == "ms" {
+                    format!("median {}", r.metric)
+                } else {
+                    "throughput".to_string()
+                },
+                r.published,
+                r.unit,
+                r.predicted,
+                r.unit,
                 r.error() * 100.0
             );
         }

@@ -134,7 +134,8 @@ pub fn load_point_itl_ms(cost: &CostModel, input: u32, output: u32, concurrency:
     cost.step_time_s(&batch).step_time_s * 1e3
 }
 
-/// TTFT of one `input`-token prompt prefilling in `chunk`-token steps next to `others` decodes.
+/// TTFT of one `input`-token prompt prefilling in `chunk`-token steps next to `others` decodes,
+/// with the frontend's time around the engine (`crate::frontend`), as a client measures it.
 pub fn load_point_ttft_ms(
     cost: &CostModel,
     input: u32,
@@ -158,7 +159,10 @@ pub fn load_point_ttft_ms(
         done += n;
         total += cost.step_time_s(&batch).step_time_s;
     }
-    total * 1e3
+    let frontend_s = crate::frontend::REQUEST_S
+        + crate::frontend::TOKENIZE_PER_TOKEN_S * f64::from(input)
+        + crate::frontend::DETOKENIZE_S;
+    (total + frontend_s) * 1e3
 }
 
 /// Every calibration point with its prediction.

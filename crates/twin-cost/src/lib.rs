@@ -14,6 +14,7 @@
 //! - [`spec_decode`]: `--speculative-config` parsing and the acceptance model.
 //! - [`profile`]: a deployment's calibration (`vllm-twin calibrate`, `--calibration FILE`):
 //!   multipliers on named terms, [`CostCalibration`] (default: today's constants exactly).
+//! - [`frontend`]: the API server's time per request outside the engine's steps.
 //! - [`calibration`]: predictions for the published vLLM points (tests, docs/cost-model.md).
 //!
 //! Typical use from the simulator:
@@ -31,6 +32,7 @@
 
 pub mod calibration;
 pub mod error;
+pub mod frontend;
 pub mod gpu;
 pub mod memory_plan;
 pub mod model;

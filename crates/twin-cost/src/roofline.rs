@@ -35,8 +35,9 @@ pub const WEIGHT_STREAM_EFFICIENCY: f64 = 0.846;
 pub const KERNEL_LATENCY_FLOOR_S: f64 = 3e-6;
 /// Serving GEMM shapes reach this fraction of the best-shape MAMF (the GPU's
 /// `gemm_efficiency_*`). [D] a guessed 0.9 (vLLM linears are large but not MAMF-optimal
-/// shapes) × 0.912, the `gemm` term of the joint fit to every published point.
-pub const GEMM_SHAPE_EFFICIENCY: f64 = 0.82;
+/// shapes), refitted jointly on every published point: 0.82 while TTFT had no frontend time
+/// (the fit slowed prefill to make up for it), 0.89 with `frontend::REQUEST_S` in the TTFTs.
+pub const GEMM_SHAPE_EFFICIENCY: f64 = 0.89;
 /// Grouped (MoE) GEMMs keep this fraction of the dense GEMM efficiency. [U]
 pub const MOE_GEMM_EFFICIENCY: f64 = 0.70;
 /// Kernels in one dense decoder layer under torch.compile fusion: add+RMSNorm, QKV GEMM,
@@ -68,10 +69,11 @@ pub const H100_HBM_BANDWIDTH_BYTES_PER_S: f64 = 3.35e12;
 /// [D] Prefill (FlashAttention varlen, causal) fraction of the BF16 dense peak. FA3 reaches
 /// ~75% on long single sequences in isolation; under load, next to decodes in 8k-token chunks,
 /// the published TTFTs (calibration.md A) want 0.39: 0.5 fitted to the Llama-3.1-8B 20k TTFT
-/// alone, × 0.781, the `attention_prefill` term of the joint fit to every published point. FP8
+/// alone, × 0.781 and × 0.95, the `attention_prefill` term of the joint fits to every published
+/// point (the second with the frontend's time in TTFT). FP8
 /// KV does not speed prefill up (the same blog: TTFT 742.8 ms FP8 vs 763.6 BF16; gemma-4 FP8
 /// prefill was 1.6x slower).
-pub const ATTN_PREFILL_EFFICIENCY: f64 = 0.39;
+pub const ATTN_PREFILL_EFFICIENCY: f64 = 0.37;
 /// Query tokens per request at which FA switches from the split-KV decode kernel to
 /// compute-bound prefill tiles (below it the request is costed as memory-bound decode).
 pub const ATTN_DECODE_MAX_QUERY_TOKENS: u32 = 16;
@@ -85,10 +87,15 @@ pub const LINK_EFFICIENCY: f64 = 0.80;
 /// Async scheduling leaves this GPU gap per step: PR #11133, 150-170 us with CUDA graphs.
 pub const ASYNC_SCHEDULING_GAP_S: f64 = 150e-6;
 /// [U] Host time per step (schedule + prepare inputs + update_from_output) besides per-request
-/// work. Exposed in full without async scheduling; V0 bubbles were 5-13 ms (RFC #6854).
+/// work. The scheduler's share measured on CPU is only ~30 µs (docs/measurements/host_cpu.md);
+/// the rest, the model runner's input preparation and launches, is unmeasured. Exposed in full without async scheduling; V0 bubbles were 5-13 ms (RFC #6854).
 pub const HOST_STEP_BASE_S: f64 = 500e-6;
-/// [U] Host time per scheduled request per step (issue #10634: ~5-6 ms at bs=256 early V1).
-pub const HOST_PER_SEQ_S: f64 = 8e-6;
+/// [M] Host time per scheduled request per step: vLLM 0.34's own `Scheduler.schedule` +
+/// `update_from_output` measured on CPU over 1–1024 running decodes (docs/measurements/
+/// host_cpu.md, `bench/host/scheduler_cpu.py`): 10.65 µs sync, 11.59 µs async, per request
+/// (issue #10634 saw ~5-6 ms at bs=256 in early V1). The model runner's per-request input
+/// preparation is not in it: a floor.
+pub const HOST_PER_SEQ_S: f64 = 11e-6;
 /// [D] Host time per step that async scheduling does not hide (input preparation the GPU
 /// waits on, the sampled ids' sync, output processing), the `step_overhead_s` term of the
 /// joint fit to every published point (`vllm-twin experiment fidelity`).

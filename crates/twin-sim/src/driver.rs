@@ -17,16 +17,9 @@ use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample, TimedOutR
 use crate::output_processor::{fill_batch_shape, StepTimeline, TokenTiming};
 use crate::SimError;
 
-/// API-server work outside the engine (named constants; the frontend is not costed
-/// per token). TTFT and E2E include them, as vLLM measures from the frontend's arrival.
-pub mod frontend {
-    /// Rendering + tokenising a prompt before `add_request`, per request.
-    pub const TOKENIZE_BASE_S: f64 = 0.000_3;
-    /// ... and per prompt token (fast Rust tokenizers: ~20 M tokens/s).
-    pub const TOKENIZE_PER_TOKEN_S: f64 = 5e-8;
-    /// Output processing (detokenise, build the response) after each engine output.
-    pub const DETOKENIZE_S: f64 = 0.000_2;
-}
+/// API-server work outside the engine: `twin_cost::frontend`'s named constants. TTFT and
+/// E2E include them, as vLLM measures from the frontend's arrival.
+pub use twin_cost::frontend;
 
 /// Scheduler knobs that are not part of the start-up memory plan.
 #[derive(Clone, Debug, PartialEq)]
@@ -665,7 +658,7 @@ fn admit(
         _ => spec.arrival_time_s,
     };
     let add_s = arrival_s
-        + frontend::TOKENIZE_BASE_S
+        + frontend::REQUEST_S
         + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
     let prompt_len = spec.prompt_token_ids.len();
     if prompt_len == 0 || prompt_len >= max_model_len {
