@@ -110,6 +110,20 @@ impl Prepared {
             Prepared::Replay { path, .. } => path,
         }
     }
+    /// The replayed workload's mean prompt length (bench results and timelines).
+    fn mean_prompt_tokens(&self) -> Option<f64> {
+        let Prepared::Replay { config, .. } = self else {
+            return None;
+        };
+        let w = &config.workload;
+        Some(match &w.arrivals {
+            twin_workload::Arrivals::Trace(records) if !records.is_empty() => {
+                records.iter().map(|r| r.input_len as f64).sum::<f64>() / records.len() as f64
+            }
+            _ => w.input_len.mean(),
+        })
+    }
+
     /// Labels of the points, in [`Prepared::predict`] order.
     pub fn labels(&self) -> Vec<String> {
         match self {
@@ -279,17 +293,30 @@ const STEP_OVERHEAD: Group = Group {
     step: 0.5,
 };
 
+/// Seconds added to the frontend's time per request, searched in milliseconds. TTFT alone
+/// sees it, as it sees prefill speed: only inputs whose prompts differ in length tell the two
+/// apart. The first step is 10 ms (the size of the term itself), so the ridge does not hold a
+/// real gateway's tens of milliseconds back.
+const FRONTEND: Group = Group {
+    terms: &["frontend_request_s"],
+    scale: Scale::Ms,
+    lo: -twin_cost::frontend::REQUEST_S * 1e3,
+    hi: 2000.0,
+    step: 10.0,
+};
+
 /// Aggregate latencies (bench, timelines) see a memory-bound speed (decode), a compute-bound
 /// speed (prefill) and a fixed cost per step: the terms are tied in those three groups. The
 /// last is told apart from the memory-bound speed only by inputs at two or more loads.
-const TIED: [Group; 3] = [
+const TIED: [Group; 4] = [
     multiplier(&["weight_stream", "attention_decode"]),
     multiplier(&["gemm", "attention_prefill"]),
     STEP_OVERHEAD,
+    FRONTEND,
 ];
 
 /// Step timings over varied shapes identify each term on its own.
-const FREE: [Group; 6] = [
+const FREE: [Group; 7] = [
     multiplier(&["weight_stream"]),
     multiplier(&["gemm"]),
     multiplier(&["attention_decode"]),
@@ -302,6 +329,7 @@ const FREE: [Group; 6] = [
         hi: 1000.0,
         step: 5.0,
     },
+    FRONTEND,
 ];
 
 fn to_value(scale: Scale, x: f64) -> f64 {
@@ -487,6 +515,12 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
     // One load level: TTFT, ITL and E2E are two equations (E2E is TTFT plus the ITLs), so
     // a per-step overhead trades off against the memory-bound speed with nothing to choose.
     let one_load = !has_steps && inputs.len() < 2;
+    // TTFT holds the frontend's time and the prefill's alike; only prompts of different
+    // lengths (means at least 2× apart) tell a constant from a speed.
+    let prompt_means: Vec<f64> = inputs.iter().filter_map(Prepared::mean_prompt_tokens).collect();
+    let one_prompt_length = !has_steps
+        && prompt_means.iter().copied().fold(0.0, f64::max)
+            < 2.0 * prompt_means.iter().copied().fold(f64::INFINITY, f64::min);
     let identity = CostCalibration::default();
     let mut probe = Search {
         inputs,
@@ -502,7 +536,9 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
     let mut active = Vec::new();
     let mut frozen = Vec::new();
     for (i, g) in all.iter().enumerate() {
-        if one_load && g.scale != Scale::Log {
+        let unidentified = (one_load && g.scale != Scale::Log)
+            || (one_prompt_length && g.terms == FRONTEND.terms);
+        if unidentified {
             frozen.extend(g.terms.iter().map(|t| t.to_string()));
             continue;
         }

@@ -88,6 +88,8 @@ fn step_timings_of_a_known_calibration_are_recovered() {
         attention_prefill: 1.25,
         step_overhead_s: 2e-3,
         per_seq_overhead_s: 2e-5,
+        // Outside every step: step timings cannot see it (checked below).
+        frontend_request_s: 0.0,
     };
     let cost = CostModel::with_calibration(&m, g, &rc, &truth).unwrap();
     let mut jsonl = String::new();
@@ -138,6 +140,11 @@ fn step_timings_of_a_known_calibration_are_recovered() {
     );
     assert!(
         out.profile.fitted_on.inputs[0].error_before > 0.1,
+        "{}",
+        out.summary
+    );
+    assert!(
+        out.fit.frozen.iter().any(|t| t == "frontend_request_s"),
         "{}",
         out.summary
     );

@@ -132,19 +132,23 @@ fn scrapes_of_an_h100_run_calibrate_an_a100_twin_into_reproducing_it() {
     assert!(out.svg.starts_with("<svg") && out.svg.contains("<circle"));
 }
 
+/// What `vllm bench serve --save-result` writes for `r` at `rate`, without --save-detailed.
+fn bench_json(r: &Report, rate: f64) -> serde_json::Value {
+    serde_json::json!({
+        "date": "20251204-100000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+        "num_prompts": r.num_finished, "request_rate": rate, "burstiness": 1.0, "max_concurrency": null,
+        "duration": r.duration_s, "completed": r.num_finished,
+        "total_input_tokens": (r.prompt_tokens.mean * r.num_finished as f64).round(),
+        "total_output_tokens": (r.output_tokens.mean * r.num_finished as f64).round(),
+        "median_ttft_ms": r.ttft_s.p50 * 1e3, "median_itl_ms": r.itl_s.p50 * 1e3,
+        "median_e2el_ms": r.e2e_s.p50 * 1e3,
+    })
+}
+
 #[test]
 fn a_bench_result_of_an_h100_run_calibrates_an_a100_twin() {
     let (h100, _) = run(RANDOM_DATASET, "--gpu h100", None);
-    // What `vllm bench serve --save-result` writes, without --save-detailed.
-    let bench = serde_json::json!({
-        "date": "20251204-100000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
-        "num_prompts": h100.num_finished, "request_rate": 6.0, "burstiness": 1.0, "max_concurrency": null,
-        "duration": h100.duration_s, "completed": h100.num_finished,
-        "total_input_tokens": (h100.prompt_tokens.mean * h100.num_finished as f64).round(),
-        "total_output_tokens": (h100.output_tokens.mean * h100.num_finished as f64).round(),
-        "median_ttft_ms": h100.ttft_s.p50 * 1e3, "median_itl_ms": h100.itl_s.p50 * 1e3,
-        "median_e2el_ms": h100.e2e_s.p50 * 1e3,
-    });
+    let bench = bench_json(&h100, 6.0);
     let path = tmp("h100-bench.json");
     std::fs::write(&path, bench.to_string()).unwrap();
     let out = calibrate(&Request {
@@ -215,7 +219,7 @@ fn timelines_at_two_loads_also_fit_a_per_step_overhead_and_reproduce_both() {
         gpu: "a100-80gb".into(),
         scrapes: paths,
         max_requests: 1200,
-        max_evals: 200,
+        max_evals: 400,
         ..Request::default()
     })
     .unwrap();
@@ -229,6 +233,57 @@ fn timelines_at_two_loads_also_fit_a_per_step_overhead_and_reproduce_both() {
     }
     for (w, reference) in [LOW, HIGH].into_iter().zip(&h100) {
         let calibrated = run_as_a100_with(&out.profile, "a100-two-loads.json", w);
-        assert_reproduces(reference, &calibrated, w);
+        assert_reproduces(reference, &calibrated, &format!("{w}\n{}", out.summary));
+    }
+}
+
+#[test]
+fn bench_results_at_two_loads_find_a_slower_frontend_and_reproduce_it() {
+    // The "deployment": the same GPU behind a frontend 40 ms slower per request (a gateway,
+    // an older vLLM), which only TTFT and E2E see.
+    let mut slow = twin_cost::CalibrationProfile::default();
+    slow.terms.frontend_request_s = 0.040;
+    let slow_path = tmp("slow-frontend.json");
+    std::fs::write(&slow_path, slow.to_json()).unwrap();
+    // Prompts of two lengths: TTFT's prefill share grows with them, the frontend's does not,
+    // which is what tells the two apart.
+    const LOW: &str =
+        "--request-rate 2 --num-requests 300 --input-len 300 --output-len 160 --shared-prefix none";
+    const HIGH: &str =
+        "--request-rate 6 --num-requests 800 --input-len 2000 --output-len 160 --shared-prefix none";
+    let mut paths = Vec::new();
+    let mut deployment = Vec::new();
+    for (name, w, rate) in [("low.json", LOW, 2.0), ("high.json", HIGH, 6.0)] {
+        let (r, _) = run(
+            w,
+            &format!("--gpu h100 --calibration {}", slow_path.display()),
+            None,
+        );
+        let p = tmp(name);
+        std::fs::write(&p, bench_json(&r, rate).to_string()).unwrap();
+        paths.push(p.to_string_lossy().into_owned());
+        deployment.push(r);
+    }
+    let out = calibrate(&Request {
+        serve_line: SERVE.split_whitespace().map(str::to_string).collect(),
+        gpu: "h100".into(),
+        bench: paths,
+        max_requests: 800,
+        max_evals: 200,
+        ..Request::default()
+    })
+    .unwrap();
+    assert!(
+        out.fit.fitted.iter().any(|g| g == "frontend_request_s"),
+        "{}",
+        out.summary
+    );
+    let found = out.profile.terms.frontend_request_s;
+    assert!((found - 0.040).abs() < 0.010, "frontend +{found} s\n{}", out.summary);
+    for (w, reference) in [LOW, HIGH].into_iter().zip(&deployment) {
+        let path = tmp("h100-found-frontend.json");
+        std::fs::write(&path, out.profile.to_json()).unwrap();
+        let (got, _) = run(w, &format!("--gpu h100 --calibration {}", path.display()), None);
+        assert_reproduces(reference, &got, w);
     }
 }

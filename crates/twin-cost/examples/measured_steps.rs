@@ -16,7 +16,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use twin_cost::roofline::{
-    GEMM_SHAPE_EFFICIENCY, KERNEL_LATENCY_FLOOR_S, WEIGHT_STREAM_EFFICIENCY,
+    gemm_time_s, GEMM_SHAPE_EFFICIENCY, KERNEL_LATENCY_FLOOR_S, WEIGHT_STREAM_EFFICIENCY,
 };
 use twin_cost::{gpu, model, BatchShape, CostModel, ModelSpec, SeqChunk, ServeConfig, StepCost};
 
@@ -313,7 +313,7 @@ fn main() {
         println!("## GEMMs ({})", gemm_path.display());
         println!();
         println!(
-            "twin per linear = max(2MNK / {:.0} TFLOP/s, weight bytes / {:.0} GB/s) + {:.0} us floor. \
+            "twin per linear = soft max (p = 3) of 2MNK / {:.0} TFLOP/s and weight bytes / {:.0} GB/s, + {:.0} us floor. \
              eff = achieved TFLOP/s over the {:.0} TFLOP/s datasheet peak; bw = weight+activation \
              bytes per second over the {:.1} TB/s datasheet bandwidth.",
             peak / 1e12,
@@ -347,7 +347,7 @@ fn main() {
                 };
                 let flops = 2.0 * mm * n * k;
                 let wbytes = 2.0 * n * k;
-                let twin_us = ((flops / peak).max(wbytes / bw) + KERNEL_LATENCY_FLOOR_S) * 1e6;
+                let twin_us = (gemm_time_s(flops / peak, wbytes / bw) + KERNEL_LATENCY_FLOOR_S) * 1e6;
                 let err = pct(twin_us, us);
                 gemm_errs.push(err.abs());
                 if mm == 1.0 {

@@ -12,13 +12,14 @@ use serde_json::{json, Map, Value};
 pub const PROFILE_SCHEMA: &str = "vllm-twin-calibration/1";
 
 /// The named terms, in file order, with (lower, upper) bounds a profile must respect.
-pub const TERMS: [(&str, f64, f64); 6] = [
+pub const TERMS: [(&str, f64, f64); 7] = [
     ("weight_stream", 0.05, 20.0),
     ("gemm", 0.05, 20.0),
     ("attention_decode", 0.05, 20.0),
     ("attention_prefill", 0.05, 20.0),
     ("step_overhead_s", -0.01, 1.0),
     ("per_seq_overhead_s", -1e-4, 0.01),
+    ("frontend_request_s", -crate::frontend::REQUEST_S, 10.0),
 ];
 
 /// Multipliers on the cost model's efficiency constants and extra per-step host time.
@@ -37,6 +38,9 @@ pub struct CostCalibration {
     pub step_overhead_s: f64,
     /// Seconds added per scheduled request per step.
     pub per_seq_overhead_s: f64,
+    /// Seconds added to the frontend's time per request (`crate::frontend::REQUEST_S`): a
+    /// gateway in front, an older vLLM, a slow chat template. Only TTFT and E2E see it.
+    pub frontend_request_s: f64,
 }
 
 impl Default for CostCalibration {
@@ -48,6 +52,7 @@ impl Default for CostCalibration {
             attention_prefill: 1.0,
             step_overhead_s: 0.0,
             per_seq_overhead_s: 0.0,
+            frontend_request_s: 0.0,
         }
     }
 }
@@ -58,8 +63,13 @@ impl CostCalibration {
         *self == CostCalibration::default()
     }
 
+    /// The frontend's time per request under this calibration (never negative).
+    pub fn frontend_request_s(&self) -> f64 {
+        (crate::frontend::REQUEST_S + self.frontend_request_s).max(0.0)
+    }
+
     /// The terms as (name, value), in [`TERMS`] order.
-    pub fn values(&self) -> [(&'static str, f64); 6] {
+    pub fn values(&self) -> [(&'static str, f64); 7] {
         [
             ("weight_stream", self.weight_stream),
             ("gemm", self.gemm),
@@ -67,6 +77,7 @@ impl CostCalibration {
             ("attention_prefill", self.attention_prefill),
             ("step_overhead_s", self.step_overhead_s),
             ("per_seq_overhead_s", self.per_seq_overhead_s),
+            ("frontend_request_s", self.frontend_request_s),
         ]
     }
 
@@ -79,6 +90,7 @@ impl CostCalibration {
             "attention_prefill" => &mut self.attention_prefill,
             "step_overhead_s" => &mut self.step_overhead_s,
             "per_seq_overhead_s" => &mut self.per_seq_overhead_s,
+            "frontend_request_s" => &mut self.frontend_request_s,
             _ => return false,
         };
         *slot = value;
@@ -354,6 +366,7 @@ mod tests {
                 attention_prefill: 0.9,
                 step_overhead_s: 2e-3,
                 per_seq_overhead_s: 1e-5,
+                frontend_request_s: 0.04,
             },
             fitted_on: FittedOn {
                 model: "meta-llama/Llama-3.1-8B-Instruct".into(),
@@ -452,13 +465,19 @@ mod tests {
         })
         .step_time_s(&decode);
         assert!((so.step_time_s - d0.step_time_s - (1e-3 + 32.0 * 1e-5)).abs() < 1e-12);
+        // The frontend's time is outside every step: only a client's TTFT and E2E see it.
+        let fe = with(&|c| c.frontend_request_s = 0.04);
+        assert_eq!(fe.step_time_s(&decode), d0);
+        assert!((fe.calibration().frontend_request_s() - crate::frontend::REQUEST_S - 0.04).abs() < 1e-15);
+        let floor = with(&|c| c.frontend_request_s = -crate::frontend::REQUEST_S);
+        assert_eq!(floor.calibration().frontend_request_s(), 0.0);
     }
 
     #[test]
     fn every_calibration_in_bounds_prices_every_catalog_pair_finite_and_positive() {
         use crate::{gpu, model, BatchShape, CostModel, ServeConfig};
         // The bounds' corners and the identity, on every model and GPU that start.
-        let corners: Vec<CostCalibration> = (0..64u32)
+        let corners: Vec<CostCalibration> = (0..1u32 << TERMS.len())
             .map(|bits| {
                 let mut c = CostCalibration::default();
                 for (i, (name, lo, hi)) in TERMS.iter().enumerate() {

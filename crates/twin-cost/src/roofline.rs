@@ -74,6 +74,32 @@ pub const H100_HBM_BANDWIDTH_BYTES_PER_S: f64 = 3.35e12;
 /// KV does not speed prefill up (the same blog: TTFT 742.8 ms FP8 vs 763.6 BF16; gemma-4 FP8
 /// prefill was 1.6x slower).
 pub const ATTN_PREFILL_EFFICIENCY: f64 = 0.37;
+/// [M] Sharpness of the GEMM roofline: a linear layer takes `(c^p + m^p)^(1/p)` for compute
+/// time c and weight-streaming time m, not `max(c, m)`. Between streaming and compute-bound
+/// (M = 128–512 rows) a GEMM is neither: the H200 sweep (docs/measurements/h200.md, 210 shapes)
+/// measured gate_up at 46–71% of peak at M = 256 where the hard max assumed 72%, and whole decode
+/// steps at B = 128–256 19–21% slower than `max`. With p = 3 the twin's 66 measured H200 steps
+/// go from 7.9% to 6.6% median |err| (max 20.8% → 17.0%; `--example measured_steps`), its 210
+/// GEMMs from 5.8% to 6.0%; where one side dominates (batch-1 decode, long prefills) it changes
+/// nothing measurable, so no published point moves by more than 0.1%.
+pub const GEMM_ROOFLINE_SHARPNESS: f64 = 3.0;
+
+/// A GEMM's time from its compute and memory times: the soft roofline of
+/// [`GEMM_ROOFLINE_SHARPNESS`].
+pub fn gemm_time_s(compute_s: f64, memory_s: f64) -> f64 {
+    let (hi, lo) = if compute_s >= memory_s {
+        (compute_s, memory_s)
+    } else {
+        (memory_s, compute_s)
+    };
+    if hi <= 0.0 {
+        return 0.0;
+    }
+    // Scaled by the larger side so the cube cannot overflow or lose the smaller one.
+    let r = lo / hi;
+    hi * (1.0 + r * r * r).cbrt()
+}
+
 /// Query tokens per request at which FA switches from the split-KV decode kernel to
 /// compute-bound prefill tiles (below it the request is costed as memory-bound decode).
 pub const ATTN_DECODE_MAX_QUERY_TOKENS: u32 = 16;
@@ -929,7 +955,7 @@ impl CostModel {
         let lin_flops = 2.0 * self.dense_params * tf;
         let lin_c = lin_flops / self.dense_peak_flops;
         let lin_m = self.dense_weight_bytes / self.dense_bw;
-        let linear_s = lin_c.max(lin_m);
+        let linear_s = gemm_time_s(lin_c, lin_m);
 
         // MoE: expected distinct experts per layer under uniform routing.
         let (moe_s, touched, moe_flops, moe_bytes) = if self.moe_layers > 0.0 {
@@ -951,7 +977,7 @@ impl CostModel {
         let lm_flops = 2.0 * self.lm_head_params * rows_f;
         let lm_bytes = self.lm_head_params * 2.0;
         let lm_head_s = if rows > 0 {
-            (lm_flops / self.lm_head_peak).max(lm_bytes / self.dense_bw)
+            gemm_time_s(lm_flops / self.lm_head_peak, lm_bytes / self.dense_bw)
         } else {
             0.0
         };

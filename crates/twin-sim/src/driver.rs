@@ -658,7 +658,7 @@ fn admit(
         _ => spec.arrival_time_s,
     };
     let add_s = arrival_s
-        + frontend::REQUEST_S
+        + slot.cost.calibration().frontend_request_s()
         + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
     let prompt_len = spec.prompt_token_ids.len();
     if prompt_len == 0 || prompt_len >= max_model_len {
