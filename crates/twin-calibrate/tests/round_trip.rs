@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use twin_calibrate::cli::{calibrate, Request};
+use twin_calibrate::cli::{calibrate, Outcome, Request};
 use twin_sim::engine_args::parse_simulate_args;
 use twin_sim::metrics_bridge::MetricsObserver;
 use twin_sim::observe::{Observer, Tee};
@@ -65,6 +65,22 @@ fn run_as_a100_with(profile: &twin_cost::CalibrationProfile, file: &str, workloa
         None,
     )
     .0
+}
+
+/// Calibrate the deployment's serve line with `req`'s inputs; the fit must have searched
+/// `group`.
+fn calibrate_fitting(group: &str, req: Request) -> Outcome {
+    let out = calibrate(&Request {
+        serve_line: SERVE.split_whitespace().map(str::to_string).collect(),
+        ..req
+    })
+    .unwrap();
+    assert!(
+        out.fit.fitted.iter().any(|g| g == group),
+        "{group} not fitted\n{}",
+        out.summary
+    );
+    out
 }
 
 fn within(a: f64, b: f64, tol: f64) -> bool {
@@ -214,19 +230,15 @@ fn timelines_at_two_loads_also_fit_a_per_step_overhead_and_reproduce_both() {
         paths.push(p.to_string_lossy().into_owned());
         h100.push(r);
     }
-    let out = calibrate(&Request {
-        serve_line: SERVE.split_whitespace().map(str::to_string).collect(),
-        gpu: "a100-80gb".into(),
-        scrapes: paths,
-        max_requests: 1200,
-        max_evals: 400,
-        ..Request::default()
-    })
-    .unwrap();
-    assert!(
-        out.fit.fitted.iter().any(|g| g == "step_overhead_s"),
-        "{}",
-        out.summary
+    let out = calibrate_fitting(
+        "step_overhead_s",
+        Request {
+            gpu: "a100-80gb".into(),
+            scrapes: paths,
+            max_requests: 1200,
+            max_evals: 400,
+            ..Request::default()
+        },
     );
     for i in &out.profile.fitted_on.inputs {
         assert!(i.error_after < 0.03, "{}", out.summary);
@@ -264,19 +276,15 @@ fn bench_results_at_two_loads_find_a_slower_frontend_and_reproduce_it() {
         paths.push(p.to_string_lossy().into_owned());
         deployment.push(r);
     }
-    let out = calibrate(&Request {
-        serve_line: SERVE.split_whitespace().map(str::to_string).collect(),
-        gpu: "h100".into(),
-        bench: paths,
-        max_requests: 800,
-        max_evals: 200,
-        ..Request::default()
-    })
-    .unwrap();
-    assert!(
-        out.fit.fitted.iter().any(|g| g == "frontend_request_s"),
-        "{}",
-        out.summary
+    let out = calibrate_fitting(
+        "frontend_request_s",
+        Request {
+            gpu: "h100".into(),
+            bench: paths,
+            max_requests: 800,
+            max_evals: 200,
+            ..Request::default()
+        },
     );
     let found = out.profile.terms.frontend_request_s;
     assert!((found - 0.040).abs() < 0.010, "frontend +{found} s\n{}", out.summary);
