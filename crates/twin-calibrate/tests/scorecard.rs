@@ -53,9 +53,9 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         .find(|p| p.name == "gpt-oss-20b B200 FP8 ITL slope")
         .unwrap();
     assert!(outlier.error_loo() > 0.2, "{outlier:?}");
-    // Every published end-to-end run simulates and is scored on its three medians (and four on
+    // Every published end-to-end run simulates and is scored on its three medians (and 14 on
     // their request throughput).
-    assert_eq!(card.runs.len(), 8 * 3 + 4);
+    assert_eq!(card.runs.len(), 15 * 3 + 14);
     assert!(
         card.runs
             .iter()
