@@ -15,7 +15,7 @@ use twin_cost::calibration::{all_points, all_points_with, Point};
 use twin_cost::CostCalibration;
 use twin_sim::{ReportBuilder, SimError, Slo};
 
-use crate::fit::{fit, FitOptions, Prepared};
+use crate::fit::{fit, FitOptions, Metric, Prepared, Target};
 
 /// Objective evaluations per fit: each prices every published point once (a few ms).
 pub const FIT_EVALS: usize = 300;
@@ -190,40 +190,133 @@ pub struct RunScore {
     pub unit: String,
     pub published: f64,
     pub predicted: f64,
+    /// Predicted under a profile `calibrate` fitted on the same deployment's other runs (none
+    /// when it has no other).
+    pub predicted_calibrated: Option<f64>,
 }
 
 impl RunScore {
     pub fn error(&self) -> f64 {
         self.predicted / self.published - 1.0
     }
+    pub fn error_calibrated(&self) -> Option<f64> {
+        self.predicted_calibrated.map(|p| p / self.published - 1.0)
+    }
 }
 
-fn score_runs() -> Result<Vec<RunScore>, SimError> {
-    let mut out = Vec::new();
-    for r in RUNS {
-        let argv: Vec<String> = r.args.split_whitespace().map(str::to_string).collect();
-        let a = twin_sim::engine_args::parse_simulate_args(&argv, &|p| {
-            Err(format!("the scorecard reads no files ({p})"))
-        })?;
-        let startup = twin_sim::startup(&a.config)?;
-        let mut b = ReportBuilder::new(Slo::default()).with_workload(&a.config.workload);
-        twin_sim::run(&a.config, &startup, &mut b)?;
-        let rep = b.finish(a.config.data_parallel_size);
-        for &(metric, published) in r.published {
-            let (predicted, unit) = match metric {
-                "TTFT" => (rep.ttft_s.p50 * 1e3, "ms"),
-                "TPOT" => (rep.tpot_s.p50 * 1e3, "ms"),
-                "ITL" => (rep.itl_s.p50 * 1e3, "ms"),
-                _ => (rep.requests_per_s, "req/s"),
+/// One published run, parsed and started, with the deployment it ran on.
+struct RunSetup {
+    run: &'static PublishedRun,
+    config: twin_sim::SimConfig,
+    startup: twin_sim::Startup,
+    /// Model, GPU and tensor-parallel size: runs that share it are one deployment.
+    deployment: String,
+}
+
+fn set_up(run: &'static PublishedRun) -> Result<RunSetup, SimError> {
+    let argv: Vec<String> = run.args.split_whitespace().map(str::to_string).collect();
+    let a = twin_sim::engine_args::parse_simulate_args(&argv, &|p| {
+        Err(format!("the scorecard reads no files ({p})"))
+    })?;
+    let startup = twin_sim::startup(&a.config)?;
+    let after = |flag: &str| {
+        argv.iter()
+            .position(|x| x == flag)
+            .and_then(|i| argv.get(i + 1))
+            .map_or("1", String::as_str)
+    };
+    let deployment = format!("{} {} tp{}", argv[0], after("--gpu"), after("-tp"));
+    Ok(RunSetup {
+        run,
+        config: a.config,
+        startup,
+        deployment,
+    })
+}
+
+/// A run's report, priced under `cal`.
+fn simulate_run(s: &RunSetup, cal: &CostCalibration) -> Result<twin_sim::Report, SimError> {
+    let mut cfg = s.config.clone();
+    cfg.calibration = *cal;
+    let mut b = ReportBuilder::new(Slo::default()).with_workload(&cfg.workload);
+    twin_sim::run(&cfg, &s.startup, &mut b)?;
+    Ok(b.finish(cfg.data_parallel_size))
+}
+
+/// A published metric read off a report, with its unit.
+fn run_value(rep: &twin_sim::Report, metric: &str) -> (f64, &'static str) {
+    match metric {
+        "TTFT" => (rep.ttft_s.p50 * 1e3, "ms"),
+        "TPOT" => (rep.tpot_s.p50 * 1e3, "ms"),
+        "ITL" => (rep.itl_s.p50 * 1e3, "ms"),
+        _ => (rep.requests_per_s, "req/s"),
+    }
+}
+
+/// What `calibrate` is given of a run: its latency medians (a bench result's).
+fn as_bench_input(s: &RunSetup) -> Prepared {
+    let targets = s
+        .run
+        .published
+        .iter()
+        .filter_map(|&(metric, ms)| {
+            let m = match metric {
+                "TTFT" => Metric::Ttft,
+                "TPOT" => Metric::Tpot,
+                "ITL" => Metric::Itl,
+                _ => return None,
             };
+            Some(Target::median(m, ms / 1e3))
+        })
+        .collect();
+    Prepared::Replay {
+        kind: "bench",
+        path: s.run.name.into(),
+        config: Box::new(s.config.clone()),
+        startup: Box::new(s.startup.clone()),
+        targets,
+        mean_output: None,
+    }
+}
+
+/// Evaluations per calibration of a run on its deployment's other runs (each replays them).
+const RUN_FIT_EVALS: usize = 60;
+
+fn score_runs() -> Result<Vec<RunScore>, SimError> {
+    let setups: Vec<RunSetup> = RUNS.iter().map(set_up).collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    for s in &setups {
+        let rep = simulate_run(s, &CostCalibration::default())?;
+        // Held out within its deployment: calibrated on the same model, GPU and TP's other
+        // runs, as a user would calibrate on yesterday's benchmarks.
+        let siblings: Vec<Prepared> = setups
+            .iter()
+            .filter(|o| o.deployment == s.deployment && o.run.name != s.run.name)
+            .map(as_bench_input)
+            .collect();
+        let calibrated = if siblings.is_empty() {
+            None
+        } else {
+            let cal = fit(
+                &siblings,
+                FitOptions {
+                    max_evals: RUN_FIT_EVALS,
+                },
+            )?
+            .calibration;
+            Some(simulate_run(s, &cal)?)
+        };
+        for &(metric, published) in s.run.published {
+            let (predicted, unit) = run_value(&rep, metric);
             out.push(RunScore {
-                name: r.name.into(),
-                source: format!("{GPUSTACK}/{}", r.source),
-                args: r.args.into(),
+                name: s.run.name.into(),
+                source: format!("{GPUSTACK}/{}", s.run.source),
+                args: s.run.args.into(),
                 metric: metric.into(),
                 unit: unit.into(),
                 published,
                 predicted,
+                predicted_calibrated: calibrated.as_ref().map(|c| run_value(c, metric).0),
             });
         }
     }
@@ -339,6 +432,27 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
         // No fit saw these runs: held out is the same as the defaults.
         summaries.push(summary(group.into(), &e, &e));
     }
+    for (group, metrics) in [
+        (
+            "runs with a sibling, calibrated on it: TTFT",
+            &["TTFT"][..],
+        ),
+        (
+            "runs with a sibling, calibrated on it: TPOT, ITL",
+            &["TPOT", "ITL"][..],
+        ),
+        (
+            "runs with a sibling, calibrated on it: request throughput",
+            &["req/s"][..],
+        ),
+    ] {
+        let (e, c): (Vec<f64>, Vec<f64>) = runs
+            .iter()
+            .filter(|r| metrics.contains(&r.metric.as_str()))
+            .filter_map(|r| Some((r.error(), r.error_calibrated()?)))
+            .unzip();
+        summaries.push(summary(group.into(), &e, &c));
+    }
     Ok(Scorecard {
         points,
         summaries,
@@ -414,13 +528,17 @@ impl Scorecard {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "| End-to-end run (never fitted) | Metric | Published | Twin | Error |"
+            "| End-to-end run (never fitted) | Metric | Published | Twin | Error | Calibrated on its sibling | Error |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
         for r in &self.runs {
+            let (cal, cal_err) = match (r.predicted_calibrated, r.error_calibrated()) {
+                (Some(p), Some(e)) => (format!("{p:.2} {}", r.unit), format!("{:+.1}%", e * 100.0)),
+                _ => ("–".to_string(), "–".to_string()),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.2} {} | {:.2} {} | {:+.1}% |",
+                "| {} | {} | {:.2} {} | {:.2} {} | {:+.1}% | {cal} | {cal_err} |",
                 r.name,
                 if r.unit == "ms" {
                     format!("median {}", r.metric)

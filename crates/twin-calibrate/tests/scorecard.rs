@@ -63,6 +63,20 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         "{:?}",
         card.runs
     );
+    // Runs that share a deployment are also predicted calibrated on each other, and that helps
+    // their median TPOT/ITL; runs alone on theirs are not.
+    let with_sibling = card
+        .runs
+        .iter()
+        .filter(|r| r.predicted_calibrated.is_some())
+        .count();
+    assert_eq!(with_sibling, 8 * 3 + 7, "{:?}", card.runs);
+    let itl = card
+        .summaries
+        .iter()
+        .find(|s| s.group == "runs with a sibling, calibrated on it: TPOT, ITL")
+        .unwrap();
+    assert!(itl.median_abs_error_loo < itl.median_abs_error, "{itl:?}");
     // Groups partition the points per metric, GPU and family.
     for prefix in ["metric ", "gpu ", "family "] {
         let n: usize = card
