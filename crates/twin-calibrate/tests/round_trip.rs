@@ -49,6 +49,13 @@ fn run(workload: &str, extra: &str, scrape_every_s: Option<f64>) -> (Report, Opt
     (report, timeline)
 }
 
+/// Write `text` to the test's temporary file `name`; its path.
+fn write_tmp(name: &str, text: &str) -> String {
+    let p = tmp(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("twin-calibrate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -225,9 +232,7 @@ fn timelines_at_two_loads_also_fit_a_per_step_overhead_and_reproduce_both() {
     let mut h100 = Vec::new();
     for (name, w) in [("low.om", LOW), ("high.om", HIGH)] {
         let (r, timeline) = run(w, "--gpu h100", Some(15.0));
-        let p = tmp(name);
-        std::fs::write(&p, timeline.unwrap()).unwrap();
-        paths.push(p.to_string_lossy().into_owned());
+        paths.push(write_tmp(name, &timeline.unwrap()));
         h100.push(r);
     }
     let out = calibrate_fitting(
@@ -271,9 +276,7 @@ fn bench_results_at_two_loads_find_a_slower_frontend_and_reproduce_it() {
             &format!("--gpu h100 --calibration {}", slow_path.display()),
             None,
         );
-        let p = tmp(name);
-        std::fs::write(&p, bench_json(&r, rate).to_string()).unwrap();
-        paths.push(p.to_string_lossy().into_owned());
+        paths.push(write_tmp(name, &bench_json(&r, rate).to_string()));
         deployment.push(r);
     }
     let out = calibrate_fitting(
