@@ -176,6 +176,18 @@ const RUNS: &[PublishedRun] = &[
         args: "openai/gpt-oss-120b --gpu h100-sxm --max-model-len 32768 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 47.49), ("TPOT", 8.24), ("ITL", 7.99), ("req/s", 2.09)],
     },
+    PublishedRun {
+        name: "gpt-oss-120b 2xH100 TP2 ShareGPT concurrency 4",
+        source: "gpt-oss-120b/h100.md (v0.10.2, --async-scheduling -tp 2; 100 prompts at concurrency 4, as the result block shows)",
+        args: "openai/gpt-oss-120b --gpu h100-sxm -tp 2 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
+        published: &[("TTFT", 36.68), ("TPOT", 5.74), ("ITL", 5.54), ("req/s", 2.98)],
+    },
+    PublishedRun {
+        name: "gpt-oss-120b A100 TP1 ShareGPT concurrency 4, budget 4096",
+        source: "gpt-oss-120b/a100.md (v0.11.0, --async-scheduling --max-num-batched-tokens 4096; 100 prompts at concurrency 4, as the result block shows)",
+        args: "openai/gpt-oss-120b --gpu a100-80gb --max-model-len 32768 --max-num-batched-tokens 4096 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
+        published: &[("TTFT", 70.23), ("TPOT", 10.78), ("ITL", 10.49), ("req/s", 1.59)],
+    },
 ];
 
 /// One published run's median, simulated.
