@@ -517,7 +517,10 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
     let one_load = !has_steps && inputs.len() < 2;
     // TTFT holds the frontend's time and the prefill's alike; only prompts of different
     // lengths (means at least 2× apart) tell a constant from a speed.
-    let prompt_means: Vec<f64> = inputs.iter().filter_map(Prepared::mean_prompt_tokens).collect();
+    let prompt_means: Vec<f64> = inputs
+        .iter()
+        .filter_map(Prepared::mean_prompt_tokens)
+        .collect();
     let one_prompt_length = !has_steps
         && prompt_means.iter().copied().fold(0.0, f64::max)
             < 2.0 * prompt_means.iter().copied().fold(f64::INFINITY, f64::min);
@@ -536,8 +539,8 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
     let mut active = Vec::new();
     let mut frozen = Vec::new();
     for (i, g) in all.iter().enumerate() {
-        let unidentified = (one_load && g.scale != Scale::Log)
-            || (one_prompt_length && g.terms == FRONTEND.terms);
+        let unidentified =
+            (one_load && g.scale != Scale::Log) || (one_prompt_length && g.terms == FRONTEND.terms);
         if unidentified {
             frozen.extend(g.terms.iter().map(|t| t.to_string()));
             continue;

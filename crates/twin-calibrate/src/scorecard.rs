@@ -445,10 +445,7 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
         summaries.push(summary(group.into(), &e, &e));
     }
     for (group, metrics) in [
-        (
-            "runs with a sibling, calibrated on it: TTFT",
-            &["TTFT"][..],
-        ),
+        ("runs with a sibling, calibrated on it: TTFT", &["TTFT"][..]),
         (
             "runs with a sibling, calibrated on it: TPOT, ITL",
             &["TPOT", "ITL"][..],

@@ -290,11 +290,19 @@ fn bench_results_at_two_loads_find_a_slower_frontend_and_reproduce_it() {
         },
     );
     let found = out.profile.terms.frontend_request_s;
-    assert!((found - 0.040).abs() < 0.010, "frontend +{found} s\n{}", out.summary);
+    assert!(
+        (found - 0.040).abs() < 0.010,
+        "frontend +{found} s\n{}",
+        out.summary
+    );
     for (w, reference) in [LOW, HIGH].into_iter().zip(&deployment) {
         let path = tmp("h100-found-frontend.json");
         std::fs::write(&path, out.profile.to_json()).unwrap();
-        let (got, _) = run(w, &format!("--gpu h100 --calibration {}", path.display()), None);
+        let (got, _) = run(
+            w,
+            &format!("--gpu h100 --calibration {}", path.display()),
+            None,
+        );
         assert_reproduces(reference, &got, w);
     }
 }

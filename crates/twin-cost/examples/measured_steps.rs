@@ -347,7 +347,8 @@ fn main() {
                 };
                 let flops = 2.0 * mm * n * k;
                 let wbytes = 2.0 * n * k;
-                let twin_us = (gemm_time_s(flops / peak, wbytes / bw) + KERNEL_LATENCY_FLOOR_S) * 1e6;
+                let twin_us =
+                    (gemm_time_s(flops / peak, wbytes / bw) + KERNEL_LATENCY_FLOOR_S) * 1e6;
                 let err = pct(twin_us, us);
                 gemm_errs.push(err.abs());
                 if mm == 1.0 {

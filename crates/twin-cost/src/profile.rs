@@ -468,7 +468,10 @@ mod tests {
         // The frontend's time is outside every step: only a client's TTFT and E2E see it.
         let fe = with(&|c| c.frontend_request_s = 0.04);
         assert_eq!(fe.step_time_s(&decode), d0);
-        assert!((fe.calibration().frontend_request_s() - crate::frontend::REQUEST_S - 0.04).abs() < 1e-15);
+        assert!(
+            (fe.calibration().frontend_request_s() - crate::frontend::REQUEST_S - 0.04).abs()
+                < 1e-15
+        );
         let floor = with(&|c| c.frontend_request_s = -crate::frontend::REQUEST_S);
         assert_eq!(floor.calibration().frontend_request_s(), 0.0);
     }
