@@ -291,9 +291,6 @@ fn as_bench_input(s: &RunSetup) -> Prepared {
     }
 }
 
-/// Evaluations per calibration of a run on its deployment's other runs (each replays them).
-const RUN_FIT_EVALS: usize = 60;
-
 fn score_runs() -> Result<Vec<RunScore>, SimError> {
     let setups: Vec<RunSetup> = RUNS.iter().map(set_up).collect::<Result<_, _>>()?;
     let mut out = Vec::new();
@@ -311,9 +308,8 @@ fn score_runs() -> Result<Vec<RunScore>, SimError> {
         } else {
             let cal = fit(
                 &siblings,
-                FitOptions {
-                    max_evals: RUN_FIT_EVALS,
-                },
+                // What `calibrate` does by default.
+                FitOptions::default(),
             )?
             .calibration;
             Some(simulate_run(s, &cal)?)

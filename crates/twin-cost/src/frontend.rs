@@ -15,5 +15,8 @@
 pub const REQUEST_S: f64 = 0.015;
 /// Tokenisation per prompt token (fast Rust tokenizers: ~20 M tokens/s). [U]
 pub const TOKENIZE_PER_TOKEN_S: f64 = 5e-8;
-/// Output processing (detokenise, build the response chunk) after each engine output. [U]
-pub const DETOKENIZE_S: f64 = 0.000_2;
+/// [M] The API server's work on one stream's output of a step, at low load: msgpack decode
+/// ~3 µs, `OutputProcessor.process_outputs` ~7 µs, incremental detokenisation ~2.5 µs and the
+/// chat endpoint's SSE chunk ~16.5 µs, vLLM 0.34's own classes timed on CPU at N = 1
+/// (docs/measurements/host_cpu.md; the HTTP write not included). Was a guessed 0.2 ms.
+pub const DETOKENIZE_S: f64 = 30e-6;
