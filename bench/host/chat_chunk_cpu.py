@@ -54,6 +54,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_common import cpu_model, fit_line  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -139,29 +142,8 @@ def build_tokenizer(args):
 
 
 # ---------------------------------------------------------------- stats
-def fit_line(xs, ys, ws=None):
-    ws = ws or [1.0] * len(xs)
-    sw = sum(ws)
-    mx = sum(w * x for w, x in zip(ws, xs)) / sw
-    my = sum(w * y for w, y in zip(ws, ys)) / sw
-    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
-    sxy = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys))
-    b = sxy / sxx
-    a = my - b * mx
-    ss_tot = sum(w * (y - my) ** 2 for w, y in zip(ws, ys))
-    ss_res = sum(w * (y - a - b * x) ** 2 for w, x, y in zip(ws, xs, ys))
-    return a, b, (1 - ss_res / ss_tot) if ss_tot > 0 else 1.0
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 # ---------------------------------------------------------------- chat side
