@@ -159,9 +159,8 @@ pub fn load_point_ttft_ms(
         done += n;
         total += cost.step_time_s(&batch).step_time_s;
     }
-    let frontend_s = cost.calibration().frontend_request_s()
-        + crate::frontend::TOKENIZE_PER_TOKEN_S * f64::from(input)
-        + crate::frontend::DETOKENIZE_S;
+    let frontend_s =
+        cost.calibration().frontend_input_s(input as usize) + crate::frontend::DETOKENIZE_S;
     (total + frontend_s) * 1e3
 }
 

@@ -82,7 +82,9 @@ pub const ATTN_PREFILL_EFFICIENCY: f64 = 0.37;
 /// go from 7.9% to 6.6% median |err| (max 20.8% → 17.0%; `--example measured_steps`), its 210
 /// GEMMs from 5.8% to 6.0%; where one side dominates (batch-1 decode, long prefills) it changes
 /// nothing measurable, so no published point moves by more than 0.1%.
-pub const GEMM_ROOFLINE_SHARPNESS: f64 = 3.0;
+pub const GEMM_ROOFLINE_SHARPNESS: u32 = 3;
+// `gemm_time_s` takes the cube root (and its series) directly: a cheaper exact form of p = 3.
+const _: () = assert!(GEMM_ROOFLINE_SHARPNESS == 3);
 
 /// A GEMM's time from its compute and memory times: the soft roofline of
 /// [`GEMM_ROOFLINE_SHARPNESS`].
@@ -120,7 +122,8 @@ pub const LINK_EFFICIENCY: f64 = 0.80;
 pub const ASYNC_SCHEDULING_GAP_S: f64 = 150e-6;
 /// [U] Host time per step (schedule + prepare inputs + update_from_output) besides per-request
 /// work. The scheduler's share measured on CPU is only ~30 µs (docs/measurements/host_cpu.md);
-/// the rest, the model runner's input preparation and launches, is unmeasured. Exposed in full without async scheduling; V0 bubbles were 5-13 ms (RFC #6854).
+/// the rest, the model runner's input preparation and launches, is unmeasured. Exposed in
+/// full without async scheduling; V0 bubbles were 5-13 ms (RFC #6854).
 pub const HOST_STEP_BASE_S: f64 = 500e-6;
 /// [M] Host time per scheduled request per step: vLLM 0.34's own `Scheduler.schedule` +
 /// `update_from_output` measured on CPU over 1–1024 running decodes (docs/measurements/

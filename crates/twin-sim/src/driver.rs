@@ -658,8 +658,10 @@ fn admit(
         _ => spec.arrival_time_s,
     };
     let add_s = arrival_s
-        + slot.cost.calibration().frontend_request_s()
-        + frontend::TOKENIZE_PER_TOKEN_S * spec.prompt_token_ids.len() as f64;
+        + slot
+            .cost
+            .calibration()
+            .frontend_input_s(spec.prompt_token_ids.len());
     let prompt_len = spec.prompt_token_ids.len();
     if prompt_len == 0 || prompt_len >= max_model_len {
         // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
