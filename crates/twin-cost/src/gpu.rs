@@ -21,6 +21,23 @@ pub enum GpuArch {
     Cdna3,
 }
 
+/// How a node's GPUs reach each other. vLLM's custom all-reduce needs every pair of a TP
+/// group peer-to-peer connected (NVLink / NVSwitch, xGMI); on PCIe it serves groups of two
+/// only (`CustomAllreduce.__init__`), larger groups fall back to NCCL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkFabric {
+    NvLink,
+    Xgmi,
+    Pcie,
+}
+
+impl LinkFabric {
+    /// `current_platform.is_fully_connected`: every GPU reaches every other one directly.
+    pub fn is_fully_connected(self) -> bool {
+        self != LinkFabric::Pcie
+    }
+}
+
 /// One accelerator. Bandwidths are decimal bytes/s, FLOP/s are dense (no 2:4 sparsity).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuSpec {
@@ -48,6 +65,7 @@ pub struct GpuSpec {
     /// `min(link_bandwidth, (n-1) * peer)`. `None` for switched fabrics (NVSwitch, PCIe).
     pub peer_link_bandwidth_bytes_per_s: Option<f64>,
     pub link_kind: &'static str,
+    pub link_fabric: LinkFabric,
     pub tdp_watts: f64,
     /// Idle board power ([U] rough nvidia-smi idle readings) for the power estimate.
     pub idle_watts: f64,
@@ -109,6 +127,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 450.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "NVLink4",
+        link_fabric: LinkFabric::NvLink,
         tdp_watts: 700.0,
         idle_watts: 75.0,
         gemm_efficiency_bf16: 0.803,
@@ -131,6 +150,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 64.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "PCIe Gen5",
+        link_fabric: LinkFabric::Pcie,
         tdp_watts: 350.0,
         idle_watts: 45.0,
         gemm_efficiency_bf16: 0.80,
@@ -152,6 +172,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 450.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "NVLink4",
+        link_fabric: LinkFabric::NvLink,
         tdp_watts: 700.0,
         idle_watts: 75.0,
         gemm_efficiency_bf16: 0.803,
@@ -173,6 +194,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 300.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "NVLink3",
+        link_fabric: LinkFabric::NvLink,
         tdp_watts: 400.0,
         idle_watts: 55.0,
         gemm_efficiency_bf16: 0.869,
@@ -194,6 +216,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 300.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "NVLink3",
+        link_fabric: LinkFabric::NvLink,
         tdp_watts: 400.0,
         idle_watts: 50.0,
         gemm_efficiency_bf16: 0.869,
@@ -216,6 +239,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 32.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "PCIe Gen4",
+        link_fabric: LinkFabric::Pcie,
         tdp_watts: 350.0,
         idle_watts: 35.0,
         gemm_efficiency_bf16: 0.75,
@@ -237,6 +261,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 32.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "PCIe Gen4",
+        link_fabric: LinkFabric::Pcie,
         tdp_watts: 72.0,
         idle_watts: 16.0,
         gemm_efficiency_bf16: 0.75,
@@ -258,6 +283,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 900.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "NVLink5",
+        link_fabric: LinkFabric::NvLink,
         tdp_watts: 1000.0,
         idle_watts: 140.0,
         gemm_efficiency_bf16: 0.776,
@@ -279,6 +305,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 900.0 * GB,
         peer_link_bandwidth_bytes_per_s: None,
         link_kind: "NVLink5 (NVL72)",
+        link_fabric: LinkFabric::NvLink,
         tdp_watts: 1200.0,
         idle_watts: 160.0,
         gemm_efficiency_bf16: 0.729,
@@ -300,6 +327,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 448.0 * GB,
         peer_link_bandwidth_bytes_per_s: Some(64.0 * GB),
         link_kind: "xGMI (7 x 64 GB/s peer links)",
+        link_fabric: LinkFabric::Xgmi,
         tdp_watts: 750.0,
         idle_watts: 140.0,
         gemm_efficiency_bf16: 0.514,
@@ -321,6 +349,7 @@ static GPUS: [GpuSpec; 11] = [
         link_bandwidth_bytes_per_s: 448.0 * GB,
         peer_link_bandwidth_bytes_per_s: Some(64.0 * GB),
         link_kind: "xGMI (7 x 64 GB/s peer links)",
+        link_fabric: LinkFabric::Xgmi,
         tdp_watts: 1000.0,
         idle_watts: 160.0,
         gemm_efficiency_bf16: 0.604,

@@ -9,6 +9,7 @@
 //!   (`get_batch_defaults`, block size, CUDA-graph sizes), weights / activation / graph bytes,
 //!   KV pool, `num_gpu_blocks`, max concurrency, and the max-model-len fit check with vLLM's
 //!   own error text.
+//! - [`collectives`]: which kernel a TP all-reduce takes and its fixed latency.
 //! - [`roofline`]: [`CostModel::step_time_s`], the time of one engine step for a
 //!   [`BatchShape`], with a breakdown and DCGM-style utilisation.
 //! - [`spec_decode`]: `--speculative-config` parsing and the acceptance model.
@@ -31,6 +32,7 @@
 //! ```
 
 pub mod calibration;
+pub mod collectives;
 pub mod error;
 pub mod frontend;
 pub mod gpu;

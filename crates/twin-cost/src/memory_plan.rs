@@ -70,6 +70,8 @@ pub struct ServeConfig {
     pub usage_context: UsageContext,
     pub performance_mode: PerformanceMode,
     pub enforce_eager: bool,
+    /// `--disable-custom-all-reduce`: every TP all-reduce goes through NCCL.
+    pub disable_custom_all_reduce: bool,
     /// `--async-scheduling` (0.34 default: on).
     pub async_scheduling: bool,
     pub enable_chunked_prefill: bool,
@@ -100,6 +102,7 @@ impl Default for ServeConfig {
             usage_context: UsageContext::OpenAiApiServer,
             performance_mode: PerformanceMode::Balanced,
             enforce_eager: false,
+            disable_custom_all_reduce: false,
             async_scheduling: true,
             enable_chunked_prefill: true,
             enable_extensible_kv_cache: None,
@@ -256,6 +259,7 @@ pub struct ResolvedServeConfig {
     pub weight_format: WeightFormat,
     pub expert_weight_format: WeightFormat,
     pub enforce_eager: bool,
+    pub disable_custom_all_reduce: bool,
     pub async_scheduling: bool,
     pub cudagraph_capture_sizes: Vec<u32>,
     /// `uniform_decode_query_len` = 1 + num_speculative_tokens.
@@ -545,6 +549,7 @@ impl ServeConfig {
             weight_format,
             expert_weight_format,
             enforce_eager: self.enforce_eager,
+            disable_custom_all_reduce: self.disable_custom_all_reduce,
             async_scheduling: self.async_scheduling,
             cudagraph_capture_sizes: sizes,
             decode_query_len,

@@ -121,9 +121,11 @@ impl WeightFormat {
     }
 }
 
-/// [U] Hopper MXFP4/NVFP4 emulated GEMV keeps ~60% of BF16 streaming efficiency; fitted so that
-/// gpt-oss-20b's H100 batch-1 ITL intercept (4.03-4.07 ms, calibration.md A) is reproduced.
-pub const W4_DEQUANT_STREAM_EFFICIENCY: f64 = 0.6;
+/// [D] MXFP4/NVFP4 expert GEMVs without FP4 hardware (Hopper triton `matmul_ogs`, Marlin on
+/// Ampere) keep 77% of the BF16 streaming efficiency: the least-squares value over the seven
+/// gpt-oss-20b H100 points it moves (batch-1 intercept, the c=8 ITLs and output rates,
+/// calibration.md A). The GPUStack gpt-oss-120b runs at 4 concurrent never entered the fit.
+pub const W4_DEQUANT_STREAM_EFFICIENCY: f64 = 0.77;
 /// [D] Prefill GEMMs on dequantized 4-bit weights keep ~75% of the BF16 GEMM rate; fitted to
 /// gpt-oss-20b's H100 20k-token TTFT at the concurrency-8 load point (468.9 ms, calibration.md A).
 pub const W4_DEQUANT_COMPUTE_EFFICIENCY: f64 = 0.75;

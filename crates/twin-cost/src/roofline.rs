@@ -11,6 +11,9 @@
 //! - LM head + sampler over the sampled rows; TP all-reduce `2 * layers * (a + 2(n-1)/n * bytes / link)`;
 //! - launch overhead by graph mode, host overhead (hidden by async scheduling), drafting.
 
+use crate::collectives::{
+    allreduce_kernel, allreduce_latency_s, AllReduceKernel, CUSTOM_ALLREDUCE_MAX_BYTES,
+};
 use crate::error::CostError;
 use crate::gpu::GpuSpec;
 use crate::memory_plan::{
@@ -112,8 +115,9 @@ pub fn gemm_time_s(compute_s: f64, memory_s: f64) -> f64 {
 /// compute-bound prefill tiles (below it the request is costed as memory-bound decode).
 pub const ATTN_DECODE_MAX_QUERY_TOKENS: u32 = 16;
 
-/// All-reduce launch latency: aiconfigurator `p2p_latency: 10 us` ("nonofficial correction").
-pub const ALLREDUCE_LATENCY_S: f64 = 10e-6;
+/// Pipeline-parallel send latency: aiconfigurator `p2p_latency: 10 us` ("nonofficial
+/// correction"). TP all-reduces take theirs from [`crate::collectives`].
+pub const P2P_LATENCY_S: f64 = 10e-6;
 /// Achievable fraction of unidirectional link bandwidth for NCCL all-reduce: stas00, A100
 /// all_reduce busbw 235 GB/s = 80% of 300 GB/s; 8xH200 p2p 88% (§1.3).
 pub const LINK_EFFICIENCY: f64 = 0.80;
@@ -436,6 +440,10 @@ pub struct CostModel {
     // comms
     allreduce_bw: f64,
     act_bytes: f64,
+    /// One all-reduce's fixed latency through vLLM's custom kernel, `None` where the group
+    /// never takes it (PCIe beyond two GPUs, `--disable-custom-all-reduce`, odd sizes).
+    allreduce_custom_latency_s: Option<f64>,
+    allreduce_nccl_latency_s: f64,
     // graphs / host
     enforce_eager: bool,
     async_scheduling: bool,
@@ -671,6 +679,14 @@ impl CostModel {
             moe_overhead_s: moe_layers * MOE_LAYER_OVERHEAD_S,
             allreduce_bw: gpu.group_link_bandwidth_bytes_per_s(tp) * LINK_EFFICIENCY,
             act_bytes: h * 2.0,
+            allreduce_custom_latency_s: (allreduce_kernel(
+                gpu,
+                tp,
+                0.0,
+                cfg.disable_custom_all_reduce,
+            ) == AllReduceKernel::Custom)
+                .then(|| allreduce_latency_s(gpu, tp, AllReduceKernel::Custom)),
+            allreduce_nccl_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Nccl),
             enforce_eager: cfg.enforce_eager,
             async_scheduling: cfg.async_scheduling,
             max_capture: cfg.max_cudagraph_capture_size(),
@@ -996,16 +1012,22 @@ impl CostModel {
         // TP all-reduce: 2 per layer of tokens x hidden bf16, + logits all-gather.
         let tp_s = if self.tp > 1 {
             let n = f64::from(self.tp);
-            let ar =
-                ALLREDUCE_LATENCY_S + 2.0 * (n - 1.0) / n * tf * self.act_bytes / self.allreduce_bw;
-            let gather =
-                ALLREDUCE_LATENCY_S + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
+            let message_bytes = tf * self.act_bytes;
+            // `CustomAllreduce.should_custom_ar`: messages under `max_size` take the custom kernel.
+            let latency_s = match self.allreduce_custom_latency_s {
+                Some(custom_s) if message_bytes < CUSTOM_ALLREDUCE_MAX_BYTES => custom_s,
+                _ => self.allreduce_nccl_latency_s,
+            };
+            let ar = latency_s + 2.0 * (n - 1.0) / n * message_bytes / self.allreduce_bw;
+            // The logits gather (`LogitsProcessor._gather_logits`) is a pynccl collective.
+            let gather = self.allreduce_nccl_latency_s
+                + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
             2.0 * self.layers * ar + gather
         } else {
             0.0
         };
         let pp_p2p_s = if self.pp > 1 {
-            f64::from(self.pp - 1) * (ALLREDUCE_LATENCY_S + tf * self.act_bytes / self.allreduce_bw)
+            f64::from(self.pp - 1) * (P2P_LATENCY_S + tf * self.act_bytes / self.allreduce_bw)
         } else {
             0.0
         };

@@ -187,6 +187,7 @@ pub const MODELLED_VLLM_FLAGS: &[&str] = &[
     "async_scheduling",
     "performance_mode",
     "enforce_eager",
+    "disable_custom_all_reduce",
     "tensor_parallel_size",
     "pipeline_parallel_size",
     "data_parallel_size",
@@ -946,6 +947,7 @@ pub fn simulate_from_matches(
         num_gpu_blocks_override: opt_num("num_gpu_blocks_override")?,
         kv_cache_memory_bytes: opt_num("kv_cache_memory_bytes")?,
         enforce_eager: v.flag("enforce_eager").unwrap_or(false),
+        disable_custom_all_reduce: v.flag("disable_custom_all_reduce").unwrap_or(false),
         enable_expert_parallel: v.flag("enable_expert_parallel").unwrap_or(false),
         // vLLM: None = on for generative models (the only kind the twin runs).
         async_scheduling: v.flag("async_scheduling").unwrap_or(true),
@@ -1458,6 +1460,20 @@ mod tests {
                 .enable_prefix_caching
         );
         assert!(parse("--enforce-eager").unwrap().config.serve.enforce_eager);
+        assert!(
+            parse("--disable-custom-all-reduce")
+                .unwrap()
+                .config
+                .serve
+                .disable_custom_all_reduce
+        );
+        assert!(
+            !parse("--enable-custom-all-reduce")
+                .unwrap()
+                .config
+                .serve
+                .disable_custom_all_reduce
+        );
         assert!(parse("--json=true").unwrap().json);
         for bad in [
             "--enable-prefix-caching=maybe",
