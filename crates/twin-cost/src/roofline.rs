@@ -111,6 +111,40 @@ pub fn gemm_time_s(compute_s: f64, memory_s: f64) -> f64 {
     hi * (1.0 + x).cbrt()
 }
 
+/// The expected maximum of `n` independent standard normal draws: the busiest of `n` equally
+/// loaded ranks, in standard deviations. Tabulated values (Tippett 1925 / Harter 1961),
+/// interpolated in `ln n` between them; past the table it grows like `sqrt(2 ln n)`.
+pub fn expected_max_of_standard_normals(n: u32) -> f64 {
+    const TABLE: [(u32, f64); 16] = [
+        (1, 0.0),
+        (2, 0.5642),
+        (3, 0.8463),
+        (4, 1.0294),
+        (5, 1.1630),
+        (6, 1.2672),
+        (7, 1.3522),
+        (8, 1.4236),
+        (10, 1.5388),
+        (16, 1.7660),
+        (20, 1.8675),
+        (50, 2.2491),
+        (100, 2.5076),
+        (200, 2.7460),
+        (500, 3.0367),
+        (1000, 3.2414),
+    ];
+    let n = n.max(1);
+    let ln = |k: u32| f64::from(k).ln();
+    match TABLE.iter().position(|&(k, _)| k >= n) {
+        Some(i) if TABLE[i].0 == n => TABLE[i].1,
+        Some(i) => {
+            let ((n0, z0), (n1, z1)) = (TABLE[i - 1], TABLE[i]);
+            z0 + (z1 - z0) * (ln(n) - ln(n0)) / (ln(n1) - ln(n0))
+        }
+        None => 3.2414 + (2.0 * ln(n)).sqrt() - (2.0 * ln(1000)).sqrt(),
+    }
+}
+
 /// Query tokens per request at which FA switches from the split-KV decode kernel to
 /// compute-bound prefill tiles (below it the request is costed as memory-bound decode).
 pub const ATTN_DECODE_MAX_QUERY_TOKENS: u32 = 16;
@@ -413,6 +447,11 @@ pub struct CostModel {
     num_experts: f64,
     experts_per_token: f64,
     ln_one_minus_k_over_e: f64,
+    /// `--enable-expert-parallel`: ranks the experts are dealt over whole (1: TP slices them).
+    expert_parallel_ranks: f64,
+    /// Expected maximum of `expert_parallel_ranks` standard normals: how far the busiest
+    /// rank's load sits above the mean, in standard deviations.
+    busiest_rank_z: f64,
     expert_params: f64,
     expert_bytes: f64,
     expert_peak_flops: f64,
@@ -650,6 +689,12 @@ impl CostModel {
             num_experts,
             experts_per_token: top_k,
             ln_one_minus_k_over_e: ln_one_minus,
+            expert_parallel_ranks: if cfg.enable_expert_parallel { t } else { 1.0 },
+            busiest_rank_z: expected_max_of_standard_normals(if cfg.enable_expert_parallel {
+                tp
+            } else {
+                1
+            }),
             expert_params,
             expert_bytes: expert_params * ef.bytes_per_param(),
             expert_peak_flops: achievable_flops(gpu, ef) * MOE_GEMM_EFFICIENCY * cal.gemm,
@@ -800,6 +845,41 @@ impl CostModel {
             lm_head_bytes: lm_rows_params * 2.0,
             lm_head_flops_per_row: 2.0 * lm_rows_params,
         })
+    }
+
+    /// Routed-expert FLOPs and bytes of the rank the step waits for. Tensor parallelism slices
+    /// every expert, so each rank holds the mean. Expert parallelism (`determine_expert_map`,
+    /// "linear" placement) deals `E / ep` whole experts to each rank: under uniform routing a
+    /// rank's touched experts and routed tokens are binomial, and the busiest rank sits
+    /// `busiest_rank_z` standard deviations above the mean, which at a handful of tokens is most
+    /// of it.
+    fn busiest_expert_rank(&self, tokens: f64, touched: f64, flops: f64, bytes: f64) -> (f64, f64) {
+        let ep = self.expert_parallel_ranks;
+        if ep <= 1.0 {
+            return (flops, bytes);
+        }
+        let experts_per_rank = self.num_experts / ep;
+        let p_touched = (touched / self.num_experts).clamp(0.0, 1.0);
+        let mean_experts = experts_per_rank * p_touched;
+        let busiest_experts = (mean_experts
+            + self.busiest_rank_z * (experts_per_rank * p_touched * (1.0 - p_touched)).sqrt())
+        .min(experts_per_rank);
+        let routed = tokens * self.experts_per_token;
+        let mean_routed = routed / ep;
+        let busiest_routed = (mean_routed
+            + self.busiest_rank_z * (routed / ep * (1.0 - 1.0 / ep)).sqrt())
+        .min(routed);
+        let bytes_scale = if mean_experts > 0.0 {
+            busiest_experts / mean_experts
+        } else {
+            1.0
+        };
+        let flops_scale = if mean_routed > 0.0 {
+            busiest_routed / mean_routed
+        } else {
+            1.0
+        };
+        (flops * flops_scale, bytes * bytes_scale)
     }
 
     pub fn gpu(&self) -> &GpuSpec {
@@ -987,8 +1067,10 @@ impl CostModel {
             let touched = self.num_experts * (1.0 - (self.ln_one_minus_k_over_e * tf).exp());
             let flops = 2.0 * self.experts_per_token * self.expert_params * tf * self.moe_layers;
             let bytes = touched * self.expert_bytes * self.moe_layers;
-            let t =
-                (flops / self.expert_peak_flops).max(bytes / self.expert_bw) + self.moe_overhead_s;
+            let (busiest_flops, busiest_bytes) =
+                self.busiest_expert_rank(tf, touched, flops, bytes);
+            let t = (busiest_flops / self.expert_peak_flops).max(busiest_bytes / self.expert_bw)
+                + self.moe_overhead_s;
             (t, touched, flops, bytes)
         } else {
             (0.0, 0.0, 0.0, 0.0)

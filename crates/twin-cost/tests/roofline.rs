@@ -110,6 +110,54 @@ fn moe_touches_more_experts_with_more_tokens() {
 }
 
 #[test]
+fn expert_parallel_waits_for_the_busiest_rank_at_small_batch() {
+    let with = |ep: bool| {
+        cost(
+            "qwen3-30b-a3b",
+            "h100",
+            ServeConfig {
+                tensor_parallel_size: 4,
+                enable_expert_parallel: ep,
+                ..Default::default()
+            },
+        )
+    };
+    let (tp, ep) = (with(false), with(true));
+    // The routed experts' time less the fixed per-layer overhead both share.
+    let overhead_s = 48.0 * twin_cost::roofline::MOE_LAYER_OVERHEAD_S;
+    let experts_s =
+        |c: &CostModel, n: u32| c.step_time_s(&decode_batch(n, 500)).breakdown.moe_s - overhead_s;
+    // A handful of tokens: 8-32 experts touched over 4 ranks of 32 whole experts; the busiest
+    // rank reads well above the quarter TP slicing gives every rank.
+    assert!(experts_s(&ep, 1) > 1.5 * experts_s(&tp, 1));
+    assert!(experts_s(&ep, 4) > 1.3 * experts_s(&tp, 4));
+    // Hundreds of tokens touch nearly every expert on every rank: the imbalance fades.
+    assert!(experts_s(&ep, 512) < 1.1 * experts_s(&tp, 512));
+    assert!(experts_s(&ep, 512) >= experts_s(&tp, 512));
+    // Same experts touched, same mean bytes: only the time differs.
+    let b = decode_batch(4, 500);
+    let (a, e) = (tp.step_time_s(&b), ep.step_time_s(&b));
+    assert_eq!(
+        a.breakdown.moe_experts_touched,
+        e.breakdown.moe_experts_touched
+    );
+    assert_eq!(a.bytes_read, e.bytes_read);
+}
+
+#[test]
+fn busiest_of_n_ranks_grows_with_n() {
+    use twin_cost::roofline::expected_max_of_standard_normals as z;
+    assert_eq!(z(1), 0.0);
+    assert!((z(2) - 1.0 / std::f64::consts::PI.sqrt()).abs() < 1e-4);
+    let mut last = 0.0;
+    for n in 2..2000 {
+        assert!(z(n) > last, "z({n}) = {} <= {last}", z(n));
+        last = z(n);
+    }
+    assert!((z(16) - 1.766).abs() < 1e-3 && z(2000) < 3.6);
+}
+
+#[test]
 fn tensor_parallel_trades_weights_for_all_reduce() {
     let tp1 = cost(
         "llama-3.1-70b",
