@@ -386,19 +386,29 @@ fn list_models() -> Result<ExitCode> {
 }
 
 fn list_gpus() -> Result<ExitCode> {
+    use twin_cost::collectives::{allreduce_kernel, allreduce_latency_s};
     println!(
-        "{:<12} {:<28} {:>10} {:>11} {:>14}",
-        "key", "name", "memory", "HBM TB/s", "bf16 TFLOP/s"
+        "{:<12} {:<28} {:>10} {:>11} {:>14}  {:<34} {:>9}",
+        "key", "name", "memory", "HBM TB/s", "bf16 TFLOP/s", "link (GB/s one way)", "AR µs 2/8"
     );
     for g in twin_cost::gpu::catalog() {
+        // The fixed latency of one decode-sized (64 KiB) all-reduce at TP 2 and 8, by the kernel
+        // vLLM would pick there (docs/cost-model.md §2).
+        let ar_us = |tp| {
+            let kernel = allreduce_kernel(g, tp, 64.0 * 1024.0, false);
+            allreduce_latency_s(g, tp, kernel) * 1e6
+        };
         println!(
             // GiB, as nvidia-smi and the product names count (an H100 is "80GB": 79.6 GiB).
-            "{:<12} {:<28} {:>6.1} GiB {:>11.2} {:>14.0}",
+            "{:<12} {:<28} {:>6.1} GiB {:>11.2} {:>14.0}  {:<34} {:>4.1}/{:<4.1}",
             g.key,
             g.device_name,
             g.memory_bytes as f64 / (1u64 << 30) as f64,
             g.hbm_bandwidth_bytes_per_s / 1e12,
-            g.bf16_dense_flops_per_s / 1e12
+            g.bf16_dense_flops_per_s / 1e12,
+            format!("{} {:.0}", g.link_kind, g.link_bandwidth_bytes_per_s / 1e9),
+            ar_us(2),
+            ar_us(8)
         );
     }
     Ok(ExitCode::SUCCESS)

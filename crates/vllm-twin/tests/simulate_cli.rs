@@ -306,6 +306,17 @@ fn gpus_lists_memory_in_gib_as_nvidia_smi_does() {
         .expect("h100-sxm listed");
     // 80 GB of HBM3 is 79.6 GiB; "86 GB" was the byte count over 1e9.
     assert!(h100.contains("79.6 GiB"), "{h100}");
+    // The scale-up link and the all-reduce latency TP pays on it: NVLink's custom kernel at TP 2
+    // and 8; a PCIe card's eight-GPU group falls back to NCCL's ring.
+    assert!(
+        h100.contains("NVLink4 450") && h100.contains("5.5/13.3"),
+        "{h100}"
+    );
+    let l40s = text.lines().find(|l| l.starts_with("l40s")).unwrap();
+    assert!(
+        l40s.contains("PCIe Gen4") && l40s.contains("/33.7"),
+        "{l40s}"
+    );
 }
 
 /// `vllm-twin … | head` ends quietly when the reader goes away (no panic on EPIPE).
