@@ -70,7 +70,8 @@ pub struct ServeConfig {
     pub usage_context: UsageContext,
     pub performance_mode: PerformanceMode,
     pub enforce_eager: bool,
-    /// `--disable-custom-all-reduce`: every TP all-reduce goes through NCCL.
+    /// `--disable-custom-all-reduce`: vLLM's own all-reduce kernel is off (FlashInfer's, on
+    /// Hopper and Blackwell, stays on); what neither takes goes through NCCL.
     pub disable_custom_all_reduce: bool,
     /// `--async-scheduling` (0.34 default: on).
     pub async_scheduling: bool,

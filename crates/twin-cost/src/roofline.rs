@@ -11,9 +11,7 @@
 //! - LM head + sampler over the sampled rows; TP all-reduce `2 * layers * (a + 2(n-1)/n * bytes / link)`;
 //! - launch overhead by graph mode, host overhead (hidden by async scheduling), drafting.
 
-use crate::collectives::{
-    allreduce_kernel, allreduce_latency_s, AllReduceKernel, CUSTOM_ALLREDUCE_MAX_BYTES,
-};
+use crate::collectives::{allreduce_kernel, allreduce_latency_s, AllReduceKernel};
 use crate::error::CostError;
 use crate::gpu::GpuSpec;
 use crate::memory_plan::{
@@ -448,6 +446,7 @@ pub struct CostModel {
     experts_per_token: f64,
     ln_one_minus_k_over_e: f64,
     /// `--enable-expert-parallel`: ranks the experts are dealt over whole (1: TP slices them).
+    /// The EP group is the engine's TP group (DP = 1; vLLM's is `tp · dp`).
     expert_parallel_ranks: f64,
     /// Expected maximum of `expert_parallel_ranks` standard normals: how far the busiest
     /// rank's load sits above the mean, in standard deviations.
@@ -479,10 +478,10 @@ pub struct CostModel {
     // comms
     allreduce_bw: f64,
     act_bytes: f64,
-    /// One all-reduce's fixed latency through vLLM's custom kernel, `None` where the group
-    /// never takes it (PCIe beyond two GPUs, `--disable-custom-all-reduce`, odd sizes).
-    allreduce_custom_latency_s: Option<f64>,
-    allreduce_nccl_latency_s: f64,
+    /// `--disable-custom-all-reduce` (FlashInfer's all-reduce stays on where it applies).
+    custom_allreduce_disabled: bool,
+    /// The logits gather's fixed latency (a pynccl collective).
+    gather_latency_s: f64,
     // graphs / host
     enforce_eager: bool,
     async_scheduling: bool,
@@ -724,14 +723,8 @@ impl CostModel {
             moe_overhead_s: moe_layers * MOE_LAYER_OVERHEAD_S,
             allreduce_bw: gpu.group_link_bandwidth_bytes_per_s(tp) * LINK_EFFICIENCY,
             act_bytes: h * 2.0,
-            allreduce_custom_latency_s: (allreduce_kernel(
-                gpu,
-                tp,
-                0.0,
-                cfg.disable_custom_all_reduce,
-            ) == AllReduceKernel::Custom)
-                .then(|| allreduce_latency_s(gpu, tp, AllReduceKernel::Custom)),
-            allreduce_nccl_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Nccl),
+            custom_allreduce_disabled: cfg.disable_custom_all_reduce,
+            gather_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Nccl),
             enforce_eager: cfg.enforce_eager,
             async_scheduling: cfg.async_scheduling,
             max_capture: cfg.max_cudagraph_capture_size(),
@@ -861,9 +854,10 @@ impl CostModel {
         let experts_per_rank = self.num_experts / ep;
         let p_touched = (touched / self.num_experts).clamp(0.0, 1.0);
         let mean_experts = experts_per_rank * p_touched;
+        // `determine_expert_map` gives the remainder to the first ranks: they hold ceil(E / ep).
         let busiest_experts = (mean_experts
             + self.busiest_rank_z * (experts_per_rank * p_touched * (1.0 - p_touched)).sqrt())
-        .min(experts_per_rank);
+        .min(experts_per_rank.ceil());
         let routed = tokens * self.experts_per_token;
         let mean_routed = routed / ep;
         let busiest_routed = (mean_routed
@@ -1095,14 +1089,17 @@ impl CostModel {
         let tp_s = if self.tp > 1 {
             let n = f64::from(self.tp);
             let message_bytes = tf * self.act_bytes;
-            // `CustomAllreduce.should_custom_ar`: messages under `max_size` take the custom kernel.
-            let latency_s = match self.allreduce_custom_latency_s {
-                Some(custom_s) if message_bytes < CUSTOM_ALLREDUCE_MAX_BYTES => custom_s,
-                _ => self.allreduce_nccl_latency_s,
-            };
+            // `CudaCommunicator.all_reduce`: FlashInfer, vLLM's custom kernel or NCCL by size.
+            let kernel = allreduce_kernel(
+                &self.gpu,
+                self.tp,
+                message_bytes,
+                self.custom_allreduce_disabled,
+            );
+            let latency_s = allreduce_latency_s(&self.gpu, self.tp, kernel);
             let ar = latency_s + 2.0 * (n - 1.0) / n * message_bytes / self.allreduce_bw;
             // The logits gather (`LogitsProcessor._gather_logits`) is a pynccl collective.
-            let gather = self.allreduce_nccl_latency_s
+            let gather = self.gather_latency_s
                 + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
             2.0 * self.layers * ar + gather
         } else {

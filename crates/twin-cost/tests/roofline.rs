@@ -179,10 +179,8 @@ fn tensor_parallel_trades_weights_for_all_reduce() {
     let b = decode_batch(8, 2000);
     let (a, d) = (tp1.step_time_s(&b), tp4.step_time_s(&b));
     assert_eq!(a.breakdown.tp_allreduce_s, 0.0);
-    // 2 all-reduces per layer, each at least the custom kernel's latency for 4 GPUs.
-    let b200 = gpu::lookup("b200").unwrap();
-    let alpha_s = collectives::allreduce_latency_s(b200, 4, collectives::AllReduceKernel::Custom);
-    assert!(d.breakdown.tp_allreduce_s >= 160.0 * alpha_s);
+    // 2 all-reduces per layer, each at least the ~5 µs the fastest published kernels take.
+    assert!(d.breakdown.tp_allreduce_s >= 160.0 * 5e-6);
     assert!((a.breakdown.linear_memory_s / d.breakdown.linear_memory_s - 4.0).abs() < 0.3);
     assert!(d.step_time_s < a.step_time_s);
     // MI300X TP=2 is link-limited (one 64 GB/s xGMI link): all-reduce is slower than on H100.
@@ -209,7 +207,7 @@ fn tensor_parallel_trades_weights_for_all_reduce() {
 }
 
 #[test]
-fn nccl_all_reduces_cost_more_than_the_custom_kernel_and_grow_with_the_group() {
+fn nccl_all_reduces_cost_more_than_the_one_shot_kernels_and_grow_with_the_group() {
     let with = |tp: u32, g: &str, disable: bool| {
         cost(
             "llama-3.1-70b",
@@ -225,16 +223,20 @@ fn nccl_all_reduces_cost_more_than_the_custom_kernel_and_grow_with_the_group() {
         .breakdown
         .tp_allreduce_s
     };
-    // `--disable-custom-all-reduce` sends decode's small all-reduces through NCCL's ring.
-    for tp in [2, 4, 8] {
+    // On A100 `--disable-custom-all-reduce` sends decode's small all-reduces through NCCL.
+    for tp in [4, 8] {
         assert!(
-            with(tp, "h100", true) > 1.5 * with(tp, "h100", false),
+            with(tp, "a100", true) > 1.2 * with(tp, "a100", false),
             "tp {tp}"
         );
     }
+    // On H100 FlashInfer's all-reduce comes first and the flag does not reach it.
+    for tp in [2, 4, 8] {
+        assert_eq!(with(tp, "h100", true), with(tp, "h100", false), "tp {tp}");
+    }
     // Per-call latency grows with the group: 2 -> 8 GPUs more than doubles a ring's.
     let per_layer = |tp, g, disable| with(tp, g, disable) / 160.0;
-    assert!(per_layer(8, "h100", true) > 2.0 * per_layer(2, "h100", true));
+    assert!(per_layer(8, "a100", true) > 2.0 * per_layer(2, "a100", true));
     assert!(per_layer(8, "h100", false) > per_layer(2, "h100", false));
     // PCIe groups beyond two have no custom kernel: the flag changes nothing there.
     assert_eq!(with(4, "l40s", true), with(4, "l40s", false));

@@ -1468,7 +1468,7 @@ mod tests {
                 .disable_custom_all_reduce
         );
         assert!(
-            !parse("--enable-custom-all-reduce")
+            !parse("--disable-custom-all-reduce --enable-custom-all-reduce")
                 .unwrap()
                 .config
                 .serve
