@@ -149,60 +149,43 @@ mod tests {
     }
 
     #[test]
-    fn hopper_takes_flashinfer_first_whatever_the_custom_flag_says() {
-        let h100 = gpu::lookup("h100").unwrap();
-        for tp in [2, 4, 8] {
-            for disabled in [false, true] {
-                assert_eq!(
-                    allreduce_kernel(h100, tp, 64.0 * KIB, disabled),
-                    AllReduceKernel::FlashInfer
-                );
-            }
+    fn the_kernel_follows_cuda_communicators_order() {
+        use AllReduceKernel::{Custom, FlashInfer, Nccl};
+        let (h100, a100, l40s) = (
+            gpu::lookup("h100").unwrap(),
+            gpu::lookup("a100").unwrap(),
+            gpu::lookup("l40s").unwrap(),
+        );
+        // (GPU, TP, message bytes, --disable-custom-all-reduce, kernel)
+        let cases = [
+            // Hopper: FlashInfer first, whatever the custom flag says.
+            (h100, 2, 64.0 * KIB, false, FlashInfer),
+            (h100, 4, 64.0 * KIB, true, FlashInfer),
+            (h100, 8, 64.0 * KIB, true, FlashInfer),
+            // Past FlashInfer's 2 MB workspace at TP4: the custom kernel (8 MiB), then NCCL.
+            (h100, 4, 4.0 * MIB, false, Custom),
+            (h100, 4, 4.0 * MIB, true, Nccl),
+            (h100, 4, 16.0 * MIB, false, Nccl),
+            // TP6 has no FlashInfer entry; symmetric memory caps the custom kernel at 512 KB.
+            (h100, 6, 64.0 * KIB, false, Custom),
+            (h100, 6, MIB, false, Nccl),
+            (h100, 3, KIB, false, Nccl),
+            // Ampere: the custom kernel under 8 MiB unless disabled.
+            (a100, 8, 64.0 * KIB, false, Custom),
+            (a100, 8, 64.0 * KIB, true, Nccl),
+            (a100, 8, 9.0 * MIB, false, Nccl),
+            // PCIe: pairs only (`CustomAllreduce.__init__`'s "more than two PCIe-only GPUs").
+            (l40s, 2, KIB, false, Custom),
+            (l40s, 4, KIB, false, Nccl),
+        ];
+        for (g, tp, bytes, disabled, kernel) in cases {
+            assert_eq!(
+                allreduce_kernel(g, tp, bytes, disabled),
+                kernel,
+                "{} tp {tp} {bytes} B disabled {disabled}",
+                g.key
+            );
         }
-        // Past FlashInfer's 2 MB workspace at TP4, vLLM's custom kernel (8 MiB), then NCCL.
-        assert_eq!(
-            allreduce_kernel(h100, 4, 4.0 * MIB, false),
-            AllReduceKernel::Custom
-        );
-        assert_eq!(
-            allreduce_kernel(h100, 4, 4.0 * MIB, true),
-            AllReduceKernel::Nccl
-        );
-        assert_eq!(
-            allreduce_kernel(h100, 4, 16.0 * MIB, false),
-            AllReduceKernel::Nccl
-        );
-        // TP6 has no FlashInfer entry; symmetric memory caps the custom kernel at 512 KB.
-        assert_eq!(
-            allreduce_kernel(h100, 6, 64.0 * KIB, false),
-            AllReduceKernel::Custom
-        );
-        assert_eq!(allreduce_kernel(h100, 6, MIB, false), AllReduceKernel::Nccl);
-        assert_eq!(allreduce_kernel(h100, 3, KIB, false), AllReduceKernel::Nccl);
-    }
-
-    #[test]
-    fn ampere_and_pcie_follow_the_custom_kernel_rules() {
-        let a100 = gpu::lookup("a100").unwrap();
-        assert_eq!(
-            allreduce_kernel(a100, 8, 64.0 * KIB, false),
-            AllReduceKernel::Custom
-        );
-        assert_eq!(
-            allreduce_kernel(a100, 8, 64.0 * KIB, true),
-            AllReduceKernel::Nccl
-        );
-        assert_eq!(
-            allreduce_kernel(a100, 8, 9.0 * MIB, false),
-            AllReduceKernel::Nccl
-        );
-        // PCIe: pairs only (`CustomAllreduce.__init__`'s "more than two PCIe-only GPUs").
-        let l40s = gpu::lookup("l40s").unwrap();
-        assert_eq!(
-            allreduce_kernel(l40s, 2, KIB, false),
-            AllReduceKernel::Custom
-        );
-        assert_eq!(allreduce_kernel(l40s, 4, KIB, false), AllReduceKernel::Nccl);
     }
 
     #[test]
