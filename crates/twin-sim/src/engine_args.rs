@@ -995,6 +995,13 @@ pub fn simulate_from_matches(
 
     let knobs = scheduler_knobs(&v)?;
     let dp: usize = num("--data-parallel-size", &req("data_parallel_size")?)?;
+    if dp > 1 && serve.enable_expert_parallel {
+        notes.push(format!(
+            "--enable-expert-parallel with --data-parallel-size {dp}: experts are dealt over each engine's TP group; \
+             vLLM's EP group spans the DP engines too, whose MoE layers run in lockstep with an all-to-all, \
+             which the twin does not model"
+        ));
+    }
     let served_model_name = v.cli_str("served_model_name").map(str::to_string);
     let seed: u64 = num("--seed", &req("seed")?)?;
     let kv_cache_metrics = v.flag("kv_cache_metrics").unwrap_or(false);
@@ -1354,6 +1361,20 @@ mod tests {
     fn parse(s: &str) -> Result<SimulateArgs, SimError> {
         let args: Vec<String> = s.split_whitespace().map(str::to_string).collect();
         parse_simulate_args(&args, &|p| Err(format!("no file {p} in tests")))
+    }
+
+    #[test]
+    fn expert_parallel_across_data_parallel_engines_is_named_as_unmodelled() {
+        let ep_dp = parse("--enable-expert-parallel --data-parallel-size 2").unwrap();
+        assert!(
+            ep_dp.notes.iter().any(|n| n.contains("lockstep")),
+            "{:?}",
+            ep_dp.notes
+        );
+        for line in ["--enable-expert-parallel -tp 2", "--data-parallel-size 2"] {
+            let a = parse(line).unwrap();
+            assert!(!a.notes.iter().any(|n| n.contains("lockstep")), "{line}");
+        }
     }
 
     #[test]
