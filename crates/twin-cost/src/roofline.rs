@@ -480,8 +480,11 @@ pub struct CostModel {
     act_bytes: f64,
     /// `--disable-custom-all-reduce` (FlashInfer's all-reduce stays on where it applies).
     custom_allreduce_disabled: bool,
-    /// The logits gather's fixed latency (a pynccl collective).
-    gather_latency_s: f64,
+    /// One all-reduce's fixed latency through a one-shot kernel (FlashInfer's or vLLM's own)
+    /// and through NCCL (also the logits gather's), fixed for the TP group: the step only
+    /// picks between them by message size.
+    one_shot_latency_s: f64,
+    nccl_latency_s: f64,
     // graphs / host
     enforce_eager: bool,
     async_scheduling: bool,
@@ -724,7 +727,8 @@ impl CostModel {
             allreduce_bw: gpu.group_link_bandwidth_bytes_per_s(tp) * LINK_EFFICIENCY,
             act_bytes: h * 2.0,
             custom_allreduce_disabled: cfg.disable_custom_all_reduce,
-            gather_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Nccl),
+            one_shot_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Custom),
+            nccl_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Nccl),
             enforce_eager: cfg.enforce_eager,
             async_scheduling: cfg.async_scheduling,
             max_capture: cfg.max_cudagraph_capture_size(),
@@ -1096,11 +1100,14 @@ impl CostModel {
                 message_bytes,
                 self.custom_allreduce_disabled,
             );
-            let latency_s = allreduce_latency_s(&self.gpu, self.tp, kernel);
+            let latency_s = match kernel {
+                AllReduceKernel::Nccl => self.nccl_latency_s,
+                AllReduceKernel::FlashInfer | AllReduceKernel::Custom => self.one_shot_latency_s,
+            };
             let ar = latency_s + 2.0 * (n - 1.0) / n * message_bytes / self.allreduce_bw;
             // The logits gather (`LogitsProcessor._gather_logits`) is a pynccl collective.
-            let gather = self.gather_latency_s
-                + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
+            let gather =
+                self.nccl_latency_s + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
             2.0 * self.layers * ar + gather
         } else {
             0.0
