@@ -70,6 +70,11 @@ pub struct Scenario {
     pub config: SchedulerConfig,
     pub max_steps: u64,
     pub requests: Vec<ResolvedRequest>,
+    /// The fake offloading worker's delays (`engine.kv_offload_load_steps` /
+    /// `kv_offload_store_steps`, scripts/oracle_offload.py): a job planned at step k is
+    /// reported done in the output of step k + delay.
+    pub offload_load_steps: u64,
+    pub offload_store_steps: u64,
 }
 
 /// `synth_tokens(seed, n)`: sha256 counter mode, 8 little-endian words per digest.
@@ -312,7 +317,17 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
         ));
     }
     validate(&eng, &config, &requests)?;
+    let offload_load_steps = transfer_steps(
+        eng.get("kv_offload_load_steps"),
+        "engine.kv_offload_load_steps",
+    )?;
+    let offload_store_steps = transfer_steps(
+        eng.get("kv_offload_store_steps"),
+        "engine.kv_offload_store_steps",
+    )?;
     Ok(Scenario {
+        offload_load_steps,
+        offload_store_steps,
         name,
         engine_json: eng,
         config,
@@ -339,6 +354,16 @@ fn engine_config(eng: &Map<String, Value>) -> Result<SchedulerConfig, ScenarioEr
         }
     };
     let mnbt = usize_of("max_num_batched_tokens")?;
+    let connector = match eng.get("kv_connector") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "nixl" || s == "offload" => Some(s.as_str()),
+        Some(v) => {
+            return Err(field_err(
+                "engine.kv_connector",
+                format!("{v}: the twin models \"nixl\" and \"offload\" (or none)"),
+            ))
+        }
+    };
     let config = SchedulerConfig {
         block_size: usize_of("block_size")?,
         num_gpu_blocks: usize_of("num_gpu_blocks")?,
@@ -370,16 +395,23 @@ fn engine_config(eng: &Map<String, Value>) -> Result<SchedulerConfig, ScenarioEr
         num_speculative_tokens: usize_of("num_speculative_tokens")?,
         num_lookahead_tokens: 0,
         draft_slots: 0,
-        // scripts/oracle_pd.py: vLLM's NIXL connector, `kv_role: kv_both`.
-        kv_consumer: match eng.get("kv_connector") {
-            None | Some(Value::Null) => false,
-            Some(Value::String(s)) if s == "nixl" => true,
-            Some(v) => {
-                return Err(field_err(
-                    "engine.kv_connector",
-                    format!("{v}: the twin models \"nixl\" (or none)"),
-                ))
-            }
+        // scripts/oracle_pd.py: vLLM's NIXL connector; scripts/oracle_offload.py: its
+        // OffloadingConnector. Both run as `kv_role: kv_both`.
+        kv_consumer: connector.is_some(),
+        kv_offload_cpu_blocks: match connector {
+            Some("offload") => Some(
+                opt_u64(
+                    eng.get("kv_offload_cpu_blocks"),
+                    "engine.kv_offload_cpu_blocks",
+                )?
+                .ok_or_else(|| {
+                    field_err(
+                        "engine.kv_offload_cpu_blocks",
+                        "required with kv_connector \"offload\"",
+                    )
+                })? as usize,
+            ),
+            _ => None,
         },
         async_scheduling: as_bool(g("async_scheduling"), &f("async_scheduling"))?,
         pipeline_parallel_size: 1,

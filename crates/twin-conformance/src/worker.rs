@@ -41,6 +41,11 @@ pub struct FakeWorker {
     toks: Vec<TokenId>,
     /// P/D requests by scenario index, once they arrived.
     transfers: Vec<Option<Transfer>>,
+    /// Offloading jobs not yet reported: (job id, step due), in planning order
+    /// (scripts/oracle_offload.py's `OffloadWorker`).
+    offload_jobs: Vec<(u64, u64)>,
+    offload_load_steps: u64,
+    offload_store_steps: u64,
 }
 
 /// `1000 + crc32(f"{id}:{k}") % 30000`, or the stop token once the plan says so.
@@ -79,7 +84,47 @@ impl FakeWorker {
             last_sampled: Vec::new(),
             toks: Vec::new(),
             transfers: scn.requests.iter().map(|_| None).collect(),
+            offload_jobs: Vec::new(),
+            offload_load_steps: scn.offload_load_steps,
+            offload_store_steps: scn.offload_store_steps,
         }
+    }
+
+    /// The offloading worker's completions for the batch of `step`: a job the scheduler
+    /// asks to flush now (the worker waits for it before the forward), a load
+    /// `kv_offload_load_steps` after the step that planned it, a store
+    /// `kv_offload_store_steps` after.
+    fn report_offload_jobs(
+        &mut self,
+        so: &SchedulerOutput,
+        step: u64,
+        out: &mut ModelRunnerOutput,
+    ) {
+        let meta = &so.kv_offload;
+        for (id, due) in &mut self.offload_jobs {
+            if meta.jobs_to_flush.contains(id) {
+                *due = step;
+            }
+        }
+        for j in &meta.load_jobs {
+            self.offload_jobs
+                .push((j.id, step + self.offload_load_steps));
+        }
+        for j in &meta.store_jobs {
+            let due = if meta.jobs_to_flush.contains(&j.id) {
+                step
+            } else {
+                step + self.offload_store_steps
+            };
+            self.offload_jobs.push((j.id, due));
+        }
+        self.offload_jobs.retain(|&(id, due)| {
+            let done = due <= step;
+            if done {
+                out.completed_kv_jobs.push(id);
+            }
+            !done
+        });
     }
 
     /// Request `index` of the scenario arrived as `handle`.
@@ -174,6 +219,7 @@ impl ModelRunner for FakeWorker {
         }
         self.last_sampled.clear();
         self.report_transfers(sched, step, out);
+        self.report_offload_jobs(so, step, out);
         if so.total_num_scheduled_tokens == 0 {
             return;
         }

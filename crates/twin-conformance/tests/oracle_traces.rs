@@ -63,6 +63,44 @@ fn pd_oracle_scenarios_are_step_identical() {
     );
 }
 
+/// CPU KV offloading: vLLM's scheduler with its OffloadingConnector
+/// (`scripts/oracle_offload.py` made the traces): stores of computed prompt blocks, loads
+/// parked in `kv_holding_waiting`, lookups deferred while a hit block is still being stored or
+/// loaded, flushes at preemption, a CPU tier too small for whole stores, sync and async.
+#[test]
+fn offload_oracle_scenarios_are_step_identical() {
+    let (n, failures) = check_set("offload");
+    assert_eq!(n, 6, "expected the 6 offloading scenarios");
+    assert!(
+        failures.is_empty(),
+        "{} of {n} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The offloading traces depend on the CPU tier: without it the twin's steps differ.
+#[test]
+fn the_offloading_traces_need_the_cpu_tier() {
+    let dir = fixtures().join("offload");
+    let text = fs::read_to_string(dir.join("scenarios/off_01_reload_after_eviction.json"))
+        .expect("fixture");
+    let mut scn = parse_scenario(&text).expect("scenario");
+    assert!(scn.config.kv_offload_cpu_blocks.is_some());
+    scn.config.kv_offload_cpu_blocks = None;
+    let mut trace = Vec::new();
+    run_scenario(&scn, &mut trace).expect("in-memory write");
+    let oracle =
+        fs::read_to_string(dir.join("traces/off_01_reload_after_eviction.jsonl")).expect("fixture");
+    let d = compare_traces(&oracle, &String::from_utf8(trace).expect("utf8"))
+        .expect("parse")
+        .expect("a twin without the CPU tier must differ");
+    assert!(
+        d.step.parse::<u64>().is_ok(),
+        "the difference is in a step, not the header: {d}"
+    );
+}
+
 #[test]
 fn the_comparer_notices_a_changed_block_id() {
     let dir = fixtures();

@@ -79,6 +79,10 @@ pub struct SchedulerConfig {
     /// `kv_transfer_config.is_kv_consumer`: a P/D pool's `kv_both`). With more than one batch
     /// in flight, freed blocks then wait for the batch that may still write them.
     pub kv_consumer: bool,
+    /// CPU KV offloading (`--kv-offloading-size`, native backend): the CPU blocks the size
+    /// buys (`None` = off). vLLM then runs its `OffloadingConnector` as `kv_both`, so
+    /// `kv_consumer` is set too.
+    pub kv_offload_cpu_blocks: Option<usize>,
 }
 
 impl Default for SchedulerConfig {
@@ -118,6 +122,7 @@ impl Default for SchedulerConfig {
             kv_cache_metrics_sample: None,
             kv_cache_metrics_seed: 0,
             kv_consumer: false,
+            kv_offload_cpu_blocks: None,
         }
     }
 }

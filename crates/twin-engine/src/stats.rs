@@ -84,4 +84,7 @@ pub struct SchedulerStats {
     pub kv_cache_eviction_events: Vec<crate::kv_cache::KvCacheEvictionEvent>,
     /// Requests with an async KV load, by stage (`KvFetchStage` declaration order).
     pub num_kv_fetch_reqs_by_stage: [usize; 3],
+    /// External-cache lookups at admission since the last stats (with a KV connector that
+    /// has a cache: CPU offloading, its hits all from the host tier).
+    pub connector_prefix_cache_stats: Option<PrefixCacheStats>,
 }

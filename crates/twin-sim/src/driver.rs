@@ -176,6 +176,7 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         kv_cache_metrics_sample: cfg.kv_cache_metrics_sample,
         kv_cache_metrics_seed: cfg.seed,
         kv_consumer: false,
+        kv_offload_cpu_blocks: None,
     };
     scheduler.validate().map_err(|e| SimError::Config {
         field: format!("--{}", e.field.replace('_', "-")),

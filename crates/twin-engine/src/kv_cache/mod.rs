@@ -3,6 +3,7 @@
 pub mod block_pool;
 pub mod hashing;
 pub mod manager;
+pub mod offload;
 pub mod residency;
 
 pub use block_pool::{BlockPool, KvCacheEvent, KvEvents, NULL_BLOCK_ID};

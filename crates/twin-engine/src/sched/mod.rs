@@ -2,6 +2,7 @@
 
 mod block_fence;
 mod coasting;
+pub mod offload;
 pub mod output;
 pub mod request_queue;
 mod scheduler;

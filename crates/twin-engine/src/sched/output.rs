@@ -6,6 +6,7 @@
 
 use std::ops::Range;
 
+use super::offload::OffloadMeta;
 use super::ReqHandle;
 use crate::request::{EngineCoreEvent, FinishReason, PrefillStats, TokenId};
 use crate::stats::SchedulerStats;
@@ -58,10 +59,13 @@ pub struct SchedulerOutput {
     /// Requests finished between the previous and this step (workers free their state).
     pub finished_req_ids: Vec<ReqHandle>,
     pub num_spec_tokens_to_schedule: usize,
+    /// The offloading worker's jobs for this step (CPU KV offloading only).
+    pub kv_offload: OffloadMeta,
 }
 
 impl SchedulerOutput {
     pub fn clear(&mut self) {
+        self.kv_offload.clear();
         self.scheduled.clear();
         self.num_coasting = 0;
         self.coasting_attended_tokens = 0;
@@ -91,6 +95,9 @@ pub struct ModelRunnerOutput {
     pub finished_recving: Vec<ReqHandle>,
     /// Finished requests whose blocks the remote side has read (`finished_sending`).
     pub finished_sending: Vec<ReqHandle>,
+    /// Offloading jobs the worker finished this step (`OffloadingWorkerMetadata.completed_jobs`;
+    /// a finished load also lands its request, as `finished_recving` does).
+    pub completed_kv_jobs: Vec<u64>,
     /// Entry i's tokens end at `ends[i]` and start where entry i-1's end (4 bytes an
     /// entry: this is written and read once per request per step).
     ends: Vec<u32>,
@@ -102,6 +109,7 @@ impl ModelRunnerOutput {
         self.ends.clear();
         self.finished_recving.clear();
         self.finished_sending.clear();
+        self.completed_kv_jobs.clear();
     }
 
     /// Append the tokens sampled for the next scheduled entry (empty for a prefill chunk).

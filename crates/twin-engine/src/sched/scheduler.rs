@@ -1,7 +1,8 @@
 //! vLLM: `vllm/v1/core/sched/scheduler.py` (`Scheduler`) and `async_scheduler.py`
 //! (`AsyncScheduler`), for decoder-only full-attention text models without LoRA batching
 //! limits, structured output or encoders. Of the KV connectors it models NIXL's P/D pull
-//! (`do_remote_prefill` loads, `do_remote_decode` sends) through `kv_holding_waiting`.
+//! (`do_remote_prefill` loads, `do_remote_decode` sends) through `kv_holding_waiting`, and
+//! the CPU offloading connector (`super::offload`), whose loads park the same way.
 //!
 //! `schedule()` reads top to bottom as vLLM's does: the RUNNING pass, then (only if
 //! nothing was preempted) the WAITING pass, then `_update_after_schedule`.
@@ -13,6 +14,7 @@
 
 use super::block_fence::BlockFence;
 use super::coasting::{CoastEnv, Coasting};
+use super::offload::OffloadingConnector;
 use super::output::{
     EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, ScheduledKind, ScheduledRequest,
     SchedulerOutput,
@@ -25,7 +27,7 @@ use crate::request::{
     EngineCoreEventType, KvFetchStage, KvTransfer, NewRequest, Request, RequestStatus, TokenId,
     PLACEHOLDER_TOKEN_ID,
 };
-use crate::stats::{SchedulerStats, SpecDecodingStats};
+use crate::stats::{PrefixCacheStats, SchedulerStats, SpecDecodingStats};
 use crate::synthetic::PositionKeyedTokens;
 
 /// One step's budget. vLLM: `token_budget` in `Scheduler.schedule`; the twin also keeps
@@ -105,6 +107,8 @@ enum Admitted {
     Yes,
     /// A remote KV load started: the request waits, holding its blocks.
     LoadStarted,
+    /// The KV connector cannot say yet what it holds: the request is passed over this step.
+    NotYet,
     /// Nothing fits: the pass stops.
     No,
 }
@@ -140,6 +144,11 @@ pub struct Scheduler {
     fence: BlockFence,
     /// Loads started since the caller last took them: (request, tokens to load).
     started_loads: Vec<(ReqHandle, usize)>,
+    /// CPU KV offloading (`--kv-offloading-size`). vLLM: the `OffloadingConnector`.
+    offload: Option<Box<OffloadingConnector>>,
+    /// External-cache lookups at admission. vLLM: `connector_prefix_cache_stats`.
+    connector_prefix_cache_stats: PrefixCacheStats,
+    loaded_scratch: Vec<ReqHandle>,
     running: Vec<ReqHandle>,
     coasting: Coasting,
     /// vLLM: `deferred_waiting` (a set; here a flag on the request plus this count).
@@ -190,6 +199,11 @@ impl Scheduler {
             num_pinned: 0,
             fence: BlockFence::new(config.kv_consumer && config.max_concurrent_batches() > 1),
             started_loads: Vec::new(),
+            offload: config
+                .kv_offload_cpu_blocks
+                .map(|n| Box::new(OffloadingConnector::new(config.block_size, n))),
+            connector_prefix_cache_stats: PrefixCacheStats::default(),
+            loaded_scratch: Vec::new(),
             cache_aware_window: if config.policy == SchedulingPolicy::Fcfs
                 && config.enable_prefix_caching
             {
@@ -340,9 +354,17 @@ impl Scheduler {
         self.running.len() + self.waiting.len() + self.kv_holding.len()
     }
 
-    /// vLLM: `Scheduler.has_requests` (finished ids not yet sent keep it true).
+    /// vLLM: `Scheduler.has_requests` (finished ids not yet sent keep it true, and so do
+    /// offloading transfers not yet reported done: `has_pending_push_work`).
     pub fn has_requests(&self) -> bool {
-        self.num_unfinished_requests() > 0 || !self.finished_req_ids.is_empty()
+        self.num_unfinished_requests() > 0
+            || !self.finished_req_ids.is_empty()
+            || self.offload.as_ref().is_some_and(|o| o.has_pending_jobs())
+    }
+
+    /// The CPU offloading connector, when `--kv-offloading-size` is set.
+    pub fn offloading_connector(&self) -> Option<&OffloadingConnector> {
+        self.offload.as_deref()
     }
 
     /// Whether a step now could do anything: vLLM's engine polls its KV connector while
@@ -780,7 +802,7 @@ impl Scheduler {
             }
             match self.try_admit(h, from_holding, plan, out) {
                 Admitted::Yes => {}
-                Admitted::LoadStarted => self.skip_waiting(h, from_holding),
+                Admitted::LoadStarted | Admitted::NotYet => self.skip_waiting(h, from_holding),
                 Admitted::No => break,
             }
         }
@@ -855,14 +877,21 @@ impl Scheduler {
     ) -> Admitted {
         let (num_local_hit, did_lookup) = self.lookup_cached_prefix(h);
         let r = self.requests.req(h);
-        // NIXL `get_num_new_matched_tokens`: a `do_remote_prefill` request pulls every prompt
-        // token it does not hold locally.
-        let num_external =
-            if did_lookup && r.kv_transfer == KvTransfer::LoadFromRemote && !r.kv_load_started {
-                r.num_prompt_tokens.saturating_sub(num_local_hit)
-            } else {
-                0
-            };
+        let num_external = if !did_lookup {
+            0
+        } else if let Some(offload) = self.offload.as_deref_mut() {
+            // The CPU tier's hit beyond the (block-aligned) local one.
+            match offload.lookup(h, r, num_local_hit) {
+                Some(n) => n,
+                None => return Admitted::NotYet,
+            }
+        } else if r.kv_transfer == KvTransfer::LoadFromRemote && !r.kv_load_started {
+            // NIXL `get_num_new_matched_tokens`: a `do_remote_prefill` request pulls every
+            // prompt token it does not hold locally.
+            r.num_prompt_tokens.saturating_sub(num_local_hit)
+        } else {
+            0
+        };
         let load_kv_async = num_external > 0;
         if did_lookup {
             if let Some(ps) = self.requests.req_mut(h).prefill_stats.as_mut() {
@@ -897,6 +926,12 @@ impl Scheduler {
         if !self.kv.allocate_slots(r, args, &mut out.block_ids) {
             // Head-of-line blocking: later requests are not tried.
             return Admitted::No;
+        }
+        if let Some(offload) = self.offload.as_deref_mut() {
+            offload.after_alloc(h, self.requests.req(h), 0);
+            if did_lookup {
+                self.record_connector_prefix_cache_stats(h, num_local_hit, 0);
+            }
         }
         if did_lookup {
             self.kv
@@ -941,16 +976,44 @@ impl Scheduler {
         if !ok {
             return Admitted::No;
         }
+        let offloaded = if let Some(offload) = self.offload.as_deref_mut() {
+            offload.after_alloc(h, self.requests.req(h), num_external);
+            self.record_connector_prefix_cache_stats(h, num_local_hit, num_external);
+            true
+        } else {
+            false
+        };
         self.kv
             .record_prefix_cache_stats(self.requests.req(h), num_local_hit);
         let r = self.requests.req_mut(h);
         r.status = RequestStatus::WaitingForRemoteKvs;
         r.num_computed_tokens = num_local_hit + num_external;
         r.kv_load_started = true;
+        // A preempted request may load again (the offloading connector reloads what it has).
+        r.kv_load_done = false;
         self.num_parked_loads += 1;
-        self.started_loads.push((h, num_external));
+        if !offloaded {
+            // The offloading worker learns of its loads from the step's metadata.
+            self.started_loads.push((h, num_external));
+        }
         self.set_kv_fetch_stage(h, Some(KvFetchStage::InProgress));
         Admitted::LoadStarted
+    }
+
+    /// The connector's admission lookup: queried = the tokens past the local hit, hit = the
+    /// ones it supplies. vLLM: `connector_prefix_cache_stats.record` in `Scheduler.schedule`.
+    fn record_connector_prefix_cache_stats(
+        &mut self,
+        h: ReqHandle,
+        num_local_hit: usize,
+        num_external: usize,
+    ) {
+        let r = self.requests.req(h);
+        let queries = r.num_tokens() - num_local_hit;
+        if queries != 0 {
+            self.connector_prefix_cache_stats
+                .record(queries, num_external, r.num_preemptions > 0);
+        }
     }
 
     /// A fresh request's locally cached prefix (into `hit_blocks`), recorded in its
@@ -1102,6 +1165,11 @@ impl Scheduler {
         out.num_spec_tokens_to_schedule = self.config.num_speculative_tokens;
         std::mem::swap(&mut out.finished_req_ids, &mut self.finished_req_ids);
         self.finished_req_ids.clear();
+        if let Some(offload) = self.offload.as_deref_mut() {
+            let mut meta = std::mem::take(&mut out.kv_offload);
+            offload.build_meta(out, &self.requests, &mut meta);
+            out.kv_offload = meta;
+        }
         self.update_after_schedule(out, plan.num_updated);
     }
 
@@ -1273,7 +1341,18 @@ impl Scheduler {
                 self.waiting.remove_handle(h);
             }
         }
-        // vLLM: `_update_from_kv_xfer_finished`, after the outputs, before the stats.
+        // vLLM: `_update_from_kv_xfer_finished`, after the outputs, before the stats: the
+        // connector first, then the loads that landed.
+        if let Some(offload) = self.offload.as_deref_mut() {
+            if !mro.completed_kv_jobs.is_empty() {
+                let mut loaded = std::mem::take(&mut self.loaded_scratch);
+                offload.update_connector_output(&mro.completed_kv_jobs, &mut loaded);
+                for &h in &loaded {
+                    self.finish_kv_load(h);
+                }
+                self.loaded_scratch = loaded;
+            }
+        }
         for &h in &mro.finished_recving {
             self.finish_kv_load(h);
         }
@@ -1419,6 +1498,9 @@ impl Scheduler {
 
     /// vLLM: `Scheduler._free_request` → `_free_blocks` (blocks back, request dropped).
     fn free_request(&mut self, h: ReqHandle) {
+        if let Some(offload) = self.offload.as_deref_mut() {
+            offload.request_finished(h, self.requests.req(h));
+        }
         self.set_deferred(h, false);
         self.coasting.forget(h);
         self.set_kv_fetch_stage(h, None);
@@ -1465,12 +1547,19 @@ impl Scheduler {
                 .map(|m| m.drain_events())
                 .unwrap_or_default(),
             num_kv_fetch_reqs_by_stage: self.kv_fetch_counts,
+            connector_prefix_cache_stats: self
+                .offload
+                .is_some()
+                .then(|| std::mem::take(&mut self.connector_prefix_cache_stats)),
         }
     }
 
     /// Check every cross-structure invariant; panics naming the broken one.
     pub fn assert_invariants(&self) {
         self.kv.block_pool.assert_consistent();
+        if let Some(offload) = &self.offload {
+            offload.assert_invariants();
+        }
         assert!(
             self.running.len() <= self.config.max_num_seqs,
             "running > max_num_seqs"

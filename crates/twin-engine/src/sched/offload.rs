@@ -1,0 +1,506 @@
+//! The scheduler half of vLLM's CPU KV offloading (`--kv-offloading-size`, native backend):
+//! which prompt blocks go to the CPU tier and when, which waiting requests load blocks back,
+//! and what the worker must finish before a block is reused. vLLM:
+//! `distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`
+//! (`OffloadingConnectorScheduler`) for one full-attention KV cache group, one GPU block per
+//! offloaded chunk, the default `offload_prompt_only`, no partial-tail hits.
+//!
+//! The scheduler calls it where vLLM calls its connector: [`OffloadingConnector::lookup`] at
+//! a fresh or resumed request's admission, [`OffloadingConnector::after_alloc`] for every
+//! admission, [`OffloadingConnector::build_meta`] at the end of `schedule()`,
+//! [`OffloadingConnector::request_finished`] when a request is freed and
+//! [`OffloadingConnector::update_connector_output`] with the worker's completions.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::kv_cache::hashing::BlockHash;
+use crate::kv_cache::offload::{CpuOffloadManager, Lookup, OffloadKey, RequestCacheAccess};
+use crate::request::{Request, RequestStatus};
+use crate::sched::output::SchedulerOutput;
+use crate::sched::{ReqHandle, RequestSlab};
+
+/// One transfer the worker runs. vLLM: a `TransferJob` of `OffloadingConnectorMetadata`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffloadJob {
+    /// vLLM's job id (one counter for loads and stores, from 0).
+    pub id: u64,
+    pub handle: ReqHandle,
+    /// GPU blocks copied (CPU → GPU for a load, GPU → CPU for a store).
+    pub num_blocks: usize,
+}
+
+/// A step's instructions to the offloading worker. vLLM: `OffloadingConnectorMetadata`.
+#[derive(Clone, Debug, Default)]
+pub struct OffloadMeta {
+    pub load_jobs: Vec<OffloadJob>,
+    pub store_jobs: Vec<OffloadJob>,
+    /// Stores the worker must finish before this step's forward (their source blocks are
+    /// reused, or their request was preempted).
+    pub jobs_to_flush: Vec<u64>,
+}
+
+impl OffloadMeta {
+    pub fn clear(&mut self) {
+        self.load_jobs.clear();
+        self.store_jobs.clear();
+        self.jobs_to_flush.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.load_jobs.is_empty() && self.store_jobs.is_empty() && self.jobs_to_flush.is_empty()
+    }
+}
+
+/// Counters the connector adds to vLLM's offloading metrics (`OffloadingConnectorStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OffloadCounters {
+    /// `vllm:kv_offload_allocation_failure`.
+    pub allocation_failures: u64,
+    /// Blocks loaded / stored by completed jobs (bytes = blocks × bytes per block).
+    pub blocks_loaded: u64,
+    pub blocks_stored: u64,
+}
+
+#[derive(Clone, Debug)]
+struct JobStatus {
+    handle: ReqHandle,
+    keys: Vec<OffloadKey>,
+    is_store: bool,
+    /// A store's source blocks, watched for reuse once its request finished.
+    source_block_ids: Vec<u32>,
+}
+
+/// What the connector keeps of a finished request until its stores are planned and done
+/// (vLLM keeps the `Request` object; the twin's is gone once freed).
+#[derive(Clone, Debug)]
+struct FinishedSnapshot {
+    aborted: bool,
+    num_computed_tokens: usize,
+    num_prompt_tokens: usize,
+    num_tokens: usize,
+    /// Hashes of its full prompt blocks (the only ones ever stored).
+    prompt_keys: Vec<BlockHash>,
+    block_ids: Vec<u32>,
+}
+
+/// vLLM: `RequestOffloadState` (one group).
+#[derive(Clone, Debug, Default)]
+struct RequestOffloadState {
+    access: RequestCacheAccess,
+    next_stored_chunk_idx: usize,
+    num_locally_computed_tokens: usize,
+    /// In flight: one load, or any number of stores.
+    transfer_jobs: Vec<u64>,
+    finished: Option<FinishedSnapshot>,
+    finished_signaled: bool,
+    /// Scheduled since its last lookup: the connector knows its block table (a lookup clears
+    /// it; a schedule hands it over again).
+    scheduled_since_lookup: bool,
+}
+
+/// vLLM: `OffloadingConnectorScheduler` over a [`CpuOffloadManager`].
+#[derive(Clone, Debug)]
+pub struct OffloadingConnector {
+    block_size: usize,
+    manager: CpuOffloadManager,
+    states: HashMap<ReqHandle, RequestOffloadState>,
+    jobs: HashMap<u64, JobStatus>,
+    next_job_id: u64,
+    /// Keys of loads in flight: another request hitting them waits. vLLM:
+    /// `_chunks_being_loaded`.
+    chunks_being_loaded: HashSet<OffloadKey>,
+    /// Stores of finished requests still reading these GPU blocks. vLLM:
+    /// `_block_id_to_pending_jobs`.
+    block_to_pending_jobs: HashMap<u32, Vec<u64>>,
+    /// Blocks handed out this step. vLLM: `_current_batch_allocated_block_ids`.
+    allocated_block_ids: HashSet<u32>,
+    /// Loads planned this step (before `build_meta` moves them out).
+    current_load_jobs: Vec<OffloadJob>,
+    counters: OffloadCounters,
+    // Scratch.
+    keyed: Vec<(OffloadKey, usize)>,
+    to_store: Vec<(OffloadKey, usize)>,
+}
+
+impl OffloadingConnector {
+    pub fn new(block_size: usize, num_cpu_blocks: usize) -> Self {
+        OffloadingConnector {
+            block_size,
+            manager: CpuOffloadManager::new(num_cpu_blocks),
+            states: HashMap::new(),
+            jobs: HashMap::new(),
+            next_job_id: 0,
+            chunks_being_loaded: HashSet::new(),
+            block_to_pending_jobs: HashMap::new(),
+            allocated_block_ids: HashSet::new(),
+            current_load_jobs: Vec::new(),
+            counters: OffloadCounters::default(),
+            keyed: Vec::new(),
+            to_store: Vec::new(),
+        }
+    }
+
+    pub fn manager(&self) -> &CpuOffloadManager {
+        &self.manager
+    }
+
+    pub fn counters(&self) -> OffloadCounters {
+        self.counters
+    }
+
+    /// Transfers planned and not yet reported done: the engine keeps stepping.
+    /// vLLM: `OffloadingConnectorScheduler.has_pending_push_work`.
+    pub fn has_pending_jobs(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    /// Tokens beyond the block-aligned local hit `num_computed` that the CPU tier can load;
+    /// `None` = not now (a transfer of this request is still in flight, a hit block is still
+    /// being stored or another request is loading it). vLLM:
+    /// `OffloadingConnectorScheduler.get_num_new_matched_tokens` →
+    /// `_lookup_complete_chunks`.
+    pub(crate) fn lookup(
+        &mut self,
+        h: ReqHandle,
+        r: &Request,
+        num_computed: usize,
+    ) -> Option<usize> {
+        let bs = self.block_size;
+        let st = self.states.entry(h).or_default();
+        // Every (re)admission restarts its store progress at the first block.
+        st.next_stored_chunk_idx = 0;
+        st.scheduled_since_lookup = false;
+        if !st.transfer_jobs.is_empty() {
+            return None;
+        }
+        st.num_locally_computed_tokens = num_computed;
+        let keys = &r.block_hashes;
+        // Full attention: the whole sequence may come from the tier (no -1).
+        let max_hit = r.num_tokens().min(keys.len() * bs);
+        if max_hit < num_computed + bs {
+            return Some(0);
+        }
+        let start = num_computed / bs;
+        let end = max_hit.div_ceil(bs).min(keys.len());
+        let mut num_hits = 0;
+        let mut pending = false;
+        for &key in &keys[start..end] {
+            match self.manager.lookup(key) {
+                Lookup::Hit => num_hits += 1,
+                Lookup::HitPending => {
+                    num_hits += 1;
+                    pending = true;
+                }
+                Lookup::Miss => break,
+            }
+        }
+        if pending {
+            return None;
+        }
+        if num_hits == 0 {
+            return Some(0);
+        }
+        let hit_tokens = max_hit.min(bs * (start + num_hits)) - num_computed;
+        if hit_tokens < bs {
+            return Some(0);
+        }
+        let hit_end = (num_computed + hit_tokens).div_ceil(bs);
+        if keys[start..hit_end]
+            .iter()
+            .any(|k| self.chunks_being_loaded.contains(k))
+        {
+            return None;
+        }
+        Some(hit_tokens)
+    }
+
+    /// After `allocate_slots` admitted `h` (its blocks in `r.block_ids`): note the blocks, and
+    /// with `num_external > 0` pin the hit chunks and plan their load. Returns the blocks to
+    /// load. vLLM: `OffloadingConnectorScheduler.update_state_after_alloc`.
+    pub(crate) fn after_alloc(&mut self, h: ReqHandle, r: &Request, num_external: usize) -> usize {
+        self.allocated_block_ids
+            .extend(r.block_ids.iter().copied().filter(|&b| b != 0));
+        if num_external == 0 {
+            return 0;
+        }
+        let bs = self.block_size;
+        let st = self.states.entry(h).or_default();
+        let num_local = st.num_locally_computed_tokens;
+        let num_cached = num_local + num_external;
+        debug_assert_eq!(num_local % bs, 0);
+        // The hit blocks come first; the load fills the fresh ones after them.
+        let load_start = num_local / bs;
+        let num_chunks = num_cached.div_ceil(bs);
+        self.keyed.clear();
+        self.keyed
+            .extend((load_start..num_chunks).map(|i| (r.block_hashes[i], (i + 1) * bs)));
+        st.next_stored_chunk_idx = num_chunks;
+        self.manager.prepare_load(&self.keyed, &mut st.access);
+        let id = self.next_job_id;
+        self.next_job_id += 1;
+        debug_assert!(
+            st.transfer_jobs.is_empty(),
+            "a load only starts with nothing in flight"
+        );
+        st.transfer_jobs.push(id);
+        let keys: Vec<OffloadKey> = self.keyed.iter().map(|&(k, _)| k).collect();
+        self.chunks_being_loaded.extend(keys.iter().copied());
+        self.jobs.insert(
+            id,
+            JobStatus {
+                handle: h,
+                keys,
+                is_store: false,
+                source_block_ids: Vec::new(),
+            },
+        );
+        let num_blocks = num_chunks - load_start;
+        self.current_load_jobs.push(OffloadJob {
+            id,
+            handle: h,
+            num_blocks,
+        });
+        num_blocks
+    }
+
+    /// A request is being freed (`_free_request` → `request_finished`): remember what its
+    /// stores still need, and watch the blocks its in-flight stores read. The GPU blocks are
+    /// never held back. vLLM: `OffloadingConnectorScheduler.request_finished`.
+    pub(crate) fn request_finished(&mut self, h: ReqHandle, r: &Request) {
+        let Some(st) = self.states.get_mut(&h) else {
+            // Never looked up or scheduled: nothing seen, nothing to store.
+            return;
+        };
+        let num_prompt_blocks = (r.num_prompt_tokens / self.block_size).min(r.block_hashes.len());
+        st.finished = Some(FinishedSnapshot {
+            aborted: r.status == RequestStatus::FinishedAborted,
+            num_computed_tokens: r.num_computed_tokens,
+            num_prompt_tokens: r.num_prompt_tokens,
+            num_tokens: r.num_tokens(),
+            prompt_keys: r.block_hashes[..num_prompt_blocks].to_vec(),
+            block_ids: if st.scheduled_since_lookup {
+                r.block_ids.clone()
+            } else {
+                Vec::new()
+            },
+        });
+        for id in &st.transfer_jobs {
+            let job = &self.jobs[id];
+            for &b in &job.source_block_ids {
+                self.block_to_pending_jobs.entry(b).or_default().push(*id);
+            }
+        }
+    }
+
+    /// The end of `schedule()`: flushes, this step's stores, and the recency of requests that
+    /// finished since the last step. `requests` looks up live requests. vLLM:
+    /// `OffloadingConnectorScheduler._build_connector_meta` (`_update_req_states`,
+    /// `_build_store_jobs`).
+    pub(crate) fn build_meta(
+        &mut self,
+        out: &SchedulerOutput,
+        requests: &RequestSlab,
+        meta: &mut OffloadMeta,
+    ) {
+        meta.clear();
+        for e in &out.scheduled {
+            self.allocated_block_ids
+                .extend(out.blocks(e).iter().copied().filter(|&b| b != 0));
+        }
+        meta.load_jobs.append(&mut self.current_load_jobs);
+        let mut flush: Vec<u64> = Vec::new();
+        for h in &out.preempted {
+            if let Some(st) = self.states.get(h) {
+                flush.extend(
+                    st.transfer_jobs
+                        .iter()
+                        .filter(|id| !meta.load_jobs.iter().any(|j| j.id == **id)),
+                );
+            }
+        }
+        if !self.block_to_pending_jobs.is_empty() {
+            for b in &self.allocated_block_ids {
+                if let Some(ids) = self.block_to_pending_jobs.get(b) {
+                    flush.extend(ids.iter().copied());
+                }
+            }
+        }
+        // Stores: this step's scheduled requests in order, then the finished ones.
+        for e in &out.scheduled {
+            let r = requests.req(e.handle);
+            let num_after = e.num_computed_tokens + e.num_scheduled_tokens;
+            self.states
+                .entry(e.handle)
+                .or_default()
+                .scheduled_since_lookup = true;
+            self.plan_store(e.handle, StoreSource::Live(r), num_after, meta, &mut flush);
+        }
+        for &h in &out.finished_req_ids {
+            if self.states.get(&h).is_some_and(|s| s.finished.is_some()) {
+                self.plan_store(h, StoreSource::Finished, 0, meta, &mut flush);
+            }
+        }
+        for &h in &out.finished_req_ids {
+            if let Some(st) = self.states.get_mut(&h) {
+                st.finished_signaled = true;
+                self.manager.on_request_finished(&mut st.access);
+                if st.transfer_jobs.is_empty() {
+                    self.states.remove(&h);
+                }
+            }
+        }
+        flush.sort_unstable();
+        flush.dedup();
+        meta.jobs_to_flush = flush;
+        self.allocated_block_ids.clear();
+    }
+
+    /// One request's store job for the prompt blocks computed by the end of this step.
+    /// vLLM: `_build_store_jobs`' loop body.
+    fn plan_store(
+        &mut self,
+        h: ReqHandle,
+        src: StoreSource<'_>,
+        num_after_batch: usize,
+        meta: &mut OffloadMeta,
+        flush: &mut Vec<u64>,
+    ) {
+        let bs = self.block_size;
+        let st = self.states.entry(h).or_default();
+        let (keys, block_ids, num_offloadable, finished): (&[BlockHash], &[u32], usize, bool) =
+            match (&src, &st.finished) {
+                (StoreSource::Live(r), _) => (
+                    &r.block_hashes,
+                    &r.block_ids,
+                    num_after_batch.min(r.num_tokens()).min(r.num_prompt_tokens),
+                    false,
+                ),
+                (StoreSource::Finished, Some(f)) => {
+                    let n = if f.aborted {
+                        f.num_computed_tokens
+                    } else {
+                        f.num_computed_tokens
+                            .min(f.num_prompt_tokens.max(f.num_tokens.saturating_sub(1)))
+                    };
+                    (
+                        &f.prompt_keys,
+                        &f.block_ids,
+                        n.min(f.num_tokens).min(f.num_prompt_tokens),
+                        true,
+                    )
+                }
+                (StoreSource::Finished, None) => return,
+            };
+        let storable = (num_offloadable / bs).min(block_ids.len()).min(keys.len());
+        let start = st.next_stored_chunk_idx;
+        if storable <= start {
+            st.next_stored_chunk_idx = st.next_stored_chunk_idx.max(storable);
+            return;
+        }
+        self.keyed.clear();
+        self.keyed
+            .extend((start..storable).map(|i| (keys[i], (i + 1) * bs)));
+        if !self
+            .manager
+            .prepare_store(&self.keyed, &mut st.access, &mut self.to_store)
+        {
+            // No room: retried next step with whatever is storable then.
+            self.counters.allocation_failures += 1;
+            return;
+        }
+        st.next_stored_chunk_idx = st.next_stored_chunk_idx.max(storable);
+        if self.to_store.is_empty() {
+            return;
+        }
+        let source_block_ids: Vec<u32> = self
+            .to_store
+            .iter()
+            .map(|&(_, pos)| block_ids[pos / bs - 1])
+            .collect();
+        let id = self.next_job_id;
+        self.next_job_id += 1;
+        st.transfer_jobs.push(id);
+        if finished {
+            for &b in &source_block_ids {
+                self.block_to_pending_jobs.entry(b).or_default().push(id);
+                if self.allocated_block_ids.contains(&b) {
+                    flush.push(id);
+                }
+            }
+        }
+        meta.store_jobs.push(OffloadJob {
+            id,
+            handle: h,
+            num_blocks: self.to_store.len(),
+        });
+        self.jobs.insert(
+            id,
+            JobStatus {
+                handle: h,
+                keys: self.to_store.iter().map(|&(k, _)| k).collect(),
+                is_store: true,
+                source_block_ids,
+            },
+        );
+    }
+
+    /// The worker finished these jobs: stored chunks become hits, loaded ones unpinned.
+    /// Returns, in `loaded`, the requests whose load landed (vLLM reports them in
+    /// `finished_recving` alongside). vLLM: `OffloadingConnectorScheduler._update_connector_output`.
+    pub(crate) fn update_connector_output(
+        &mut self,
+        completed: &[u64],
+        loaded: &mut Vec<ReqHandle>,
+    ) {
+        loaded.clear();
+        for id in completed {
+            let Some(job) = self.jobs.remove(id) else {
+                continue;
+            };
+            if job.is_store {
+                self.manager.complete_store(&job.keys);
+                self.counters.blocks_stored += job.keys.len() as u64;
+            } else {
+                self.manager.complete_load(&job.keys);
+                self.counters.blocks_loaded += job.keys.len() as u64;
+                for k in &job.keys {
+                    self.chunks_being_loaded.remove(k);
+                }
+                loaded.push(job.handle);
+            }
+            let st = self
+                .states
+                .get_mut(&job.handle)
+                .expect("a job's request state lives until its jobs are done");
+            if st.finished.is_some() {
+                for b in &job.source_block_ids {
+                    if let Some(ids) = self.block_to_pending_jobs.get_mut(b) {
+                        ids.retain(|x| x != id);
+                        if ids.is_empty() {
+                            self.block_to_pending_jobs.remove(b);
+                        }
+                    }
+                }
+            }
+            st.transfer_jobs.retain(|x| x != id);
+            if st.finished_signaled && st.transfer_jobs.is_empty() {
+                self.states.remove(&job.handle);
+            }
+        }
+    }
+
+    pub fn assert_invariants(&self) {
+        self.manager.assert_invariants();
+        let in_flight: usize = self.states.values().map(|s| s.transfer_jobs.len()).sum();
+        assert_eq!(
+            in_flight,
+            self.jobs.len(),
+            "every job belongs to one request"
+        );
+    }
+}
+
+enum StoreSource<'a> {
+    Live(&'a Request),
+    Finished,
+}
