@@ -93,6 +93,18 @@ impl GpuSpec {
             .unwrap_or(self.bf16_dense_flops_per_s)
     }
 
+    /// Host DRAM <-> GPU copy bandwidth, one direction, one GPU (bytes/s): what CPU KV
+    /// offloading's DMA copies get. [U] PCIe x16 at ~80% of its signalling rate (Gen4 31.5 GB/s
+    /// -> 25, Gen5 63 GB/s -> 50, the figures `nvbandwidth`/`bandwidthTest` show for pinned
+    /// memory); GB200 reaches Grace over NVLink-C2C (450 GB/s a direction -> 360).
+    pub fn host_link_bytes_per_s(&self) -> f64 {
+        match (self.key, self.arch) {
+            ("gb200", _) => 360.0 * GB,
+            (_, GpuArch::Ampere | GpuArch::Ada) => 25.0 * GB,
+            _ => 50.0 * GB,
+        }
+    }
+
     /// All-reduce link bandwidth for a TP group of `n` GPUs (unidirectional, bytes/s).
     pub fn group_link_bandwidth_bytes_per_s(&self, n: u32) -> f64 {
         match self.peer_link_bandwidth_bytes_per_s {

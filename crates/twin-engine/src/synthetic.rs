@@ -150,6 +150,10 @@ pub struct SyntheticModelRunner<P: TokenPlan = RandomTokens> {
     pub acceptance_per_position: Vec<f64>,
     toks: Vec<TokenId>,
     last_sampled: Vec<ReqHandle>,
+    /// CPU KV offloading's worker (with `--kv-offloading-size`), polled at each step's
+    /// launch, `now_s` (set by the caller before each step).
+    pub offload_worker: Option<crate::sched::offload::OffloadWorker>,
+    pub now_s: f64,
 }
 
 impl SyntheticModelRunner<RandomTokens> {
@@ -183,6 +187,8 @@ impl<P: TokenPlan> SyntheticModelRunner<P> {
             acceptance_per_position: Vec::new(),
             toks: Vec::new(),
             last_sampled: Vec::new(),
+            offload_worker: None,
+            now_s: 0.0,
         }
     }
 }
@@ -195,6 +201,9 @@ impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
         out: &mut ModelRunnerOutput,
     ) {
         self.last_sampled.clear();
+        if let Some(w) = &mut self.offload_worker {
+            w.on_execute(&so.kv_offload, self.now_s, &mut out.completed_kv_jobs);
+        }
         if so.total_num_scheduled_tokens == 0 {
             return;
         }

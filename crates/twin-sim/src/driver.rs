@@ -5,6 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use twin_cost::{BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod};
+use twin_engine::sched::offload::OffloadWorker;
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
 
 use twin_engine::{
@@ -34,6 +35,8 @@ pub struct SchedulerKnobs {
     pub prefill_schedule_interval: usize,
     pub cache_aware_admission_window: usize,
     pub cache_aware_admission_threshold: f64,
+    /// `--kv-offloading-size` (GiB over all ranks; native backend): CPU KV offloading.
+    pub kv_offloading_size_gib: Option<f64>,
 }
 
 impl Default for SchedulerKnobs {
@@ -72,6 +75,8 @@ pub struct SimConfig {
 pub struct Startup {
     pub plan: MemoryPlan,
     pub scheduler: SchedulerConfig,
+    /// `--kv-offloading-size` as given (GiB), for `vllm:cache_config_info`.
+    pub kv_offloading_size_gib: Option<f64>,
 }
 
 /// When the engine's pool is not vLLM's block count (a hybrid model's KV cache groups, which
@@ -175,15 +180,54 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         pipeline_parallel_size: r.pipeline_parallel_size as usize,
         kv_cache_metrics_sample: cfg.kv_cache_metrics_sample,
         kv_cache_metrics_seed: cfg.seed,
-        kv_consumer: false,
-        kv_offload_cpu_blocks: None,
+        // vLLM runs its OffloadingConnector as `kv_both`: a consumer too.
+        kv_consumer: cfg.knobs.kv_offloading_size_gib.is_some(),
+        kv_offload_cpu_blocks: cfg
+            .knobs
+            .kv_offloading_size_gib
+            .map(|gib| kv_offload_cpu_blocks(&plan, gib)),
     };
     scheduler.validate().map_err(|e| SimError::Config {
         field: format!("--{}", e.field.replace('_', "-")),
         message: e.message,
     })?;
-    Ok(Startup { plan, scheduler })
+    Ok(Startup {
+        plan,
+        scheduler,
+        kv_offloading_size_gib: cfg.knobs.kv_offloading_size_gib,
+    })
 }
+
+/// One engine block's KV bytes on one rank (the twin's single KV group: every attention layer
+/// of the rank).
+fn rank_block_bytes(plan: &MemoryPlan) -> u64 {
+    plan.limiting().kv_bytes_per_token * u64::from(plan.block_size())
+}
+
+/// CPU blocks `--kv-offloading-size` buys: the size spans every rank, and one CPU block holds
+/// every rank's share of a GPU block, page-aligned. vLLM: `CPUOffloadingSpec.__init__`
+/// (`cpu_bytes_to_use // round_up(kv_bytes_per_block * world_size, 4096)`).
+pub fn kv_offload_cpu_blocks(plan: &MemoryPlan, size_gib: f64) -> usize {
+    let world = u64::from(plan.config.tensor_parallel_size * plan.config.pipeline_parallel_size);
+    let block_bytes = (rank_block_bytes(plan) * world).div_ceil(4096) * 4096;
+    let size_bytes = (size_gib * (1u64 << 30) as f64) as u64;
+    size_bytes.checked_div(block_bytes).unwrap_or(0) as usize
+}
+
+/// CPU KV offloading's worker for one engine: each rank copies its share of a block over its
+/// own host link. The fixed cost of a job ([U] 10 µs: a batch of DMA copies and its event).
+fn offload_worker(cfg: &SimConfig, startup: &Startup) -> Option<OffloadWorker> {
+    startup.scheduler.kv_offload_cpu_blocks?;
+    let s_per_block = rank_block_bytes(&startup.plan) as f64 / cfg.gpu.host_link_bytes_per_s();
+    Some(OffloadWorker::new(
+        s_per_block,
+        s_per_block,
+        OFFLOAD_JOB_LATENCY_S,
+    ))
+}
+
+/// [U] The fixed cost of one offloading job (see [`offload_worker`]).
+pub const OFFLOAD_JOB_LATENCY_S: f64 = 10e-6;
 
 pub use crate::output_processor::RequestTimes;
 
@@ -293,6 +337,7 @@ impl EngineSlot {
                 .map(|i| s.acceptance(i))
                 .collect();
         }
+        runner.offload_worker = offload_worker(cfg, startup);
         let mut core =
             EngineCore::new(startup.scheduler.clone()).map_err(|e| SimError::Config {
                 field: e.field.to_string(),
@@ -782,6 +827,7 @@ fn step_engine(
     let batch = &mut slot.batch;
     let mut step_cost = None;
     let mut sample = StepSample::default();
+    slot.runner.now_s = t;
     let report = slot.core.step(&mut slot.runner, t, |sched, so| {
         fill_batch_shape(batch, so);
         if so.total_num_scheduled_tokens > 0 {
@@ -810,6 +856,9 @@ fn step_engine(
             slot.busy_s += c.gpu_time_s;
         }
         sample.cost = step_cost;
+        if let Some(w) = &mut slot.runner.offload_worker {
+            w.forward_ended(end);
+        }
     }
     let mut finished = 0;
     let mut out_time = t;
@@ -978,10 +1027,22 @@ fn step_engine(
     if report.idle {
         slot.clock_s = t;
     }
-    slot.blocked = report.scheduled
+    let did_nothing = report.scheduled
         && !report.model_executed
         && !slot.core.has_in_flight_tokens()
-        && sample.num_outputs == 0
-        && slot.core.scheduler().has_pending_kv_transfers();
+        && sample.num_outputs == 0;
+    // vLLM's engine spins on empty steps while offloading copies run; the twin steps next
+    // when the first of them is done.
+    let copy_done_s = slot
+        .runner
+        .offload_worker
+        .as_ref()
+        .and_then(OffloadWorker::next_done_s);
+    if let (true, Some(done_s)) = (did_nothing, copy_done_s) {
+        slot.clock_s = slot.clock_s.max(done_s);
+        slot.blocked = false;
+        return finished;
+    }
+    slot.blocked = did_nothing && slot.core.scheduler().has_pending_kv_transfers();
     finished
 }

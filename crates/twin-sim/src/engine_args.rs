@@ -195,6 +195,8 @@ pub const MODELLED_VLLM_FLAGS: &[&str] = &[
     "speculative_config",
     "kv_cache_metrics",
     "kv_cache_metrics_sample",
+    "kv_offloading_size",
+    "kv_offloading_backend",
     "enable_mfu_metrics",
 ];
 
@@ -795,7 +797,31 @@ pub fn scheduler_knobs(v: &VllmValues<'_>) -> Result<crate::driver::SchedulerKno
         prefill_schedule_interval: n("prefill_schedule_interval")?,
         cache_aware_admission_window: n("cache_aware_admission_window")?,
         cache_aware_admission_threshold: x("cache_aware_admission_threshold")?,
+        kv_offloading_size_gib: kv_offloading_size(v)?,
     })
+}
+
+/// `--kv-offloading-size` with `--kv-offloading-backend`: the native backend's CPU tier, in
+/// GiB (vLLM: `VllmConfig._post_init_kv_transfer_config`). The backend alone does nothing.
+fn kv_offloading_size(v: &VllmValues<'_>) -> Result<Option<f64>, SimError> {
+    let Some(size) = v.cli_str("kv_offloading_size") else {
+        return Ok(None);
+    };
+    let gib: f64 = num("--kv-offloading-size", size)?;
+    if !gib.is_finite() || gib < 0.0 {
+        return Err(cfg_err(
+            "--kv-offloading-size",
+            format!("{size}: expected a size in GiB (a finite number >= 0)"),
+        ));
+    }
+    if v.str("kv_offloading_backend").as_deref() == Some("lmcache") {
+        return Err(cfg_err(
+            "--kv-offloading-backend",
+            "lmcache: the twin models the native backend (vLLM's OffloadingConnector); \
+             LMCache's server is not modelled",
+        ));
+    }
+    Ok(Some(gib))
 }
 
 /// Arguments on one command line.

@@ -308,6 +308,24 @@ pub fn scheduler_stats(
             preempted_hits: pcs.preempted_hits,
             ..Default::default()
         },
+        connector_prefix_cache_stats: st.connector_prefix_cache_stats.map(|c| {
+            // The CPU tier is the only connector cache the twin models: its hits come from
+            // the host (`OffloadingConnectorScheduler.get_external_cache_hit_sources`).
+            let mut hits_by_source = std::collections::BTreeMap::new();
+            if c.hits > 0 {
+                hits_by_source.insert(ms::CacheHitSource::Host, c.hits);
+            }
+            ms::PrefixCacheStats {
+                requests: c.requests,
+                queries: c.queries,
+                hits: c.hits,
+                preempted_requests: c.preempted_requests,
+                preempted_queries: c.preempted_queries,
+                preempted_hits: c.preempted_hits,
+                hits_by_source,
+                ..Default::default()
+            }
+        }),
         kv_cache_eviction_events: st
             .kv_cache_eviction_events
             .iter()
@@ -357,6 +375,7 @@ pub fn metrics_config(
     cache_config.enable_prefix_caching = s.enable_prefix_caching;
     cache_config.gpu_memory_utilization = Some(startup.plan.config.gpu_memory_utilization);
     cache_config.cache_dtype = startup.plan.config.kv_cache_dtype.name().to_string();
+    cache_config.kv_offloading_size = startup.kv_offloading_size_gib;
     MetricsConfig {
         served_model_name: served_model_name.to_string(),
         max_model_len: s.max_model_len as u64,

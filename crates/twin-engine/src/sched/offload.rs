@@ -504,3 +504,117 @@ enum StoreSource<'a> {
     Live(&'a Request),
     Finished,
 }
+
+/// The offloading worker in virtual time: each direction copies one job at a time, in
+/// order, starting once the forward of the step that planned it is done (vLLM: every transfer
+/// gets a CUDA stream that waits on the compute stream and on the previous transfer of its
+/// direction); completions are seen at the next step's launch (`get_finished` polls right
+/// after the forward is enqueued), and a job the scheduler flushes is done before the forward
+/// that asked. vLLM: `offloading/worker.py` with `kv_offload/cpu/gpu_worker.py`.
+#[derive(Clone, Debug)]
+pub struct OffloadWorker {
+    /// Seconds to copy one block CPU → GPU and GPU → CPU.
+    pub load_s_per_block: f64,
+    pub store_s_per_block: f64,
+    /// Fixed cost of one job (launch and completion event).
+    pub job_latency_s: f64,
+    load_free_s: f64,
+    store_free_s: f64,
+    /// Jobs of the batch just executed, waiting for its forward to end: (id, is store, blocks).
+    awaiting_forward: Vec<(u64, bool, usize)>,
+    /// Copying: (done at, id).
+    in_flight: Vec<(f64, u64)>,
+    /// Blocks copied by finished jobs (for the transfer metrics).
+    pub blocks_loaded: u64,
+    pub blocks_stored: u64,
+    /// Seconds the finished jobs took from start to done, by direction.
+    pub load_time_s: f64,
+    pub store_time_s: f64,
+}
+
+impl OffloadWorker {
+    pub fn new(load_s_per_block: f64, store_s_per_block: f64, job_latency_s: f64) -> Self {
+        OffloadWorker {
+            load_s_per_block,
+            store_s_per_block,
+            job_latency_s,
+            load_free_s: 0.0,
+            store_free_s: 0.0,
+            awaiting_forward: Vec::new(),
+            in_flight: Vec::new(),
+            blocks_loaded: 0,
+            blocks_stored: 0,
+            load_time_s: 0.0,
+            store_time_s: 0.0,
+        }
+    }
+
+    /// At a step's launch (`now_s`): report the jobs done by now and the ones `meta` flushes,
+    /// then take `meta`'s new jobs.
+    pub fn on_execute(&mut self, meta: &OffloadMeta, now_s: f64, completed: &mut Vec<u64>) {
+        let flushed = |id: u64| meta.jobs_to_flush.contains(&id);
+        self.in_flight.retain(|&(done_s, id)| {
+            let done = done_s <= now_s || flushed(id);
+            if done {
+                completed.push(id);
+            }
+            !done
+        });
+        self.awaiting_forward.retain(|&(id, _, _)| {
+            let done = flushed(id);
+            if done {
+                completed.push(id);
+            }
+            !done
+        });
+        for j in &meta.load_jobs {
+            self.awaiting_forward.push((j.id, false, j.num_blocks));
+        }
+        for j in &meta.store_jobs {
+            if flushed(j.id) {
+                completed.push(j.id);
+                self.account(true, j.num_blocks, 0.0);
+            } else {
+                self.awaiting_forward.push((j.id, true, j.num_blocks));
+            }
+        }
+    }
+
+    /// The forward of the batch last executed ends at `end_s`: its jobs start copying.
+    pub fn forward_ended(&mut self, end_s: f64) {
+        for i in 0..self.awaiting_forward.len() {
+            let (id, is_store, blocks) = self.awaiting_forward[i];
+            let (free_s, per_block) = if is_store {
+                (&mut self.store_free_s, self.store_s_per_block)
+            } else {
+                (&mut self.load_free_s, self.load_s_per_block)
+            };
+            let start_s = end_s.max(*free_s);
+            let took_s = self.job_latency_s + blocks as f64 * per_block;
+            *free_s = start_s + took_s;
+            let done_s = *free_s;
+            self.in_flight.push((done_s, id));
+            self.account(is_store, blocks, took_s);
+        }
+        self.awaiting_forward.clear();
+    }
+
+    fn account(&mut self, is_store: bool, blocks: usize, took_s: f64) {
+        if is_store {
+            self.blocks_stored += blocks as u64;
+            self.store_time_s += took_s;
+        } else {
+            self.blocks_loaded += blocks as u64;
+            self.load_time_s += took_s;
+        }
+    }
+
+    /// When the next copy finishes, if any is under way.
+    pub fn next_done_s(&self) -> Option<f64> {
+        self.in_flight.iter().map(|&(d, _)| d).reduce(f64::min)
+    }
+
+    pub fn is_busy(&self) -> bool {
+        !self.in_flight.is_empty() || !self.awaiting_forward.is_empty()
+    }
+}
