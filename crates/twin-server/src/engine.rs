@@ -225,6 +225,7 @@ impl EngineLoop {
             let cost = &self.cost;
             let batch = &mut self.batch;
             let mut step_cost = None;
+            self.runner.now_s = t;
             let report = self.core.step(&mut self.runner, t, |_, so| {
                 fill_batch_shape(batch, so);
                 if so.total_num_scheduled_tokens > 0 {
@@ -242,6 +243,10 @@ impl EngineLoop {
                 let (start, end) = self
                     .timeline
                     .schedule(t, step_cost.as_ref().map(|c| c.step_time_s));
+                if let Some(w) = &mut self.runner.offload_worker {
+                    // CPU KV offloading's copies start once this batch's forward is done.
+                    w.forward_ended(end);
+                }
                 if let Some(c) = &step_cost {
                     // DCGM sees the GPU-busy share of the step.
                     let busy_end = start + c.gpu_time_s.min(end - start);

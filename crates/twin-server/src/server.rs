@@ -193,6 +193,7 @@ pub async fn start_replica(
             .map(|i| s.acceptance(i))
             .collect();
     }
+    runner.offload_worker = twin_sim::driver::offload_worker(m, &startup);
     if cfg.slow_start_s > 0.0 {
         // Model loading and CUDA-graph capture: the port is not open yet, as with vLLM.
         tokio::time::sleep(Duration::from_secs_f64(cfg.slow_start_s)).await;

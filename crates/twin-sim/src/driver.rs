@@ -216,7 +216,7 @@ pub fn kv_offload_cpu_blocks(plan: &MemoryPlan, size_gib: f64) -> usize {
 
 /// CPU KV offloading's worker for one engine: each rank copies its share of a block over its
 /// own host link. The fixed cost of a job ([U] 10 µs: a batch of DMA copies and its event).
-fn offload_worker(cfg: &SimConfig, startup: &Startup) -> Option<OffloadWorker> {
+pub fn offload_worker(cfg: &SimConfig, startup: &Startup) -> Option<OffloadWorker> {
     startup.scheduler.kv_offload_cpu_blocks?;
     let s_per_block = rank_block_bytes(&startup.plan) as f64 / cfg.gpu.host_link_bytes_per_s();
     Some(OffloadWorker::new(
