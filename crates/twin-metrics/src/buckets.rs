@@ -37,6 +37,19 @@ pub const KV_CACHE_RESIDENCY_S: &[f64] = &[
 
 /// The bucket families vLLM names (`BucketFamilyKey`); the keys of
 /// `--custom-histogram-buckets`.
+// vLLM: distributed/kv_transfer/kv_connector/v1/offloading/metrics.py (TRANSFER_SIZE_BUCKETS,
+// the lookup delay buckets) and v1/kv_offload/cpu/spec.py (allocation sizes).
+pub const KV_OFFLOAD_TRANSFER_SIZE_BYTES: &[f64] =
+    &[1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6, 100e6, 150e6, 200e6];
+pub const KV_OFFLOAD_LOOKUP_SYNC_DELAY_S: &[f64] = &[
+    1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0,
+];
+pub const KV_OFFLOAD_LOOKUP_ASYNC_DELAY_S: &[f64] =
+    &[1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
+pub const KV_OFFLOAD_CPU_ALLOCATION_SIZE: &[f64] = &[
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0,
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BucketFamily {
@@ -49,6 +62,10 @@ pub enum BucketFamily {
     /// `build_1_2_5_buckets(max_model_len)`.
     RequestTokens,
     KvCacheResidency,
+    KvOffloadTransferSize,
+    KvOffloadLookupSyncDelay,
+    KvOffloadLookupAsyncDelay,
+    KvOffloadCpuAllocationSize,
 }
 
 /// `build_buckets(mantissas, max_value)`: each mantissa times 1, 10, 100, …
@@ -99,6 +116,10 @@ pub fn histogram_buckets(
         BucketFamily::RequestNumPreemptions => REQUEST_NUM_PREEMPTIONS.to_vec(),
         BucketFamily::RequestTokens => build_1_2_5_buckets(max_model_len),
         BucketFamily::KvCacheResidency => KV_CACHE_RESIDENCY_S.to_vec(),
+        BucketFamily::KvOffloadTransferSize => KV_OFFLOAD_TRANSFER_SIZE_BYTES.to_vec(),
+        BucketFamily::KvOffloadLookupSyncDelay => KV_OFFLOAD_LOOKUP_SYNC_DELAY_S.to_vec(),
+        BucketFamily::KvOffloadLookupAsyncDelay => KV_OFFLOAD_LOOKUP_ASYNC_DELAY_S.to_vec(),
+        BucketFamily::KvOffloadCpuAllocationSize => KV_OFFLOAD_CPU_ALLOCATION_SIZE.to_vec(),
     }
 }
 

@@ -16,6 +16,23 @@ pub enum FamilyId {
     SpecDecodeNumDraftTokens,
     SpecDecodeNumAcceptedTokens,
     SpecDecodeNumAcceptedTokensPerPos,
+    KvOffloadTotalBytes,
+    KvOffloadTotalTime,
+    KvOffloadSize,
+    KvOffloadCpuCacheUsagePerc,
+    KvOffloadCpuCacheWriteUsagePerc,
+    KvOffloadCpuCacheReadUsagePerc,
+    KvOffloadCpuAllocationSize,
+    KvOffloadLoadBytes,
+    KvOffloadLoadTime,
+    KvOffloadLoadSize,
+    KvOffloadStoreBytes,
+    KvOffloadStoreTime,
+    KvOffloadStoreSize,
+    KvOffloadLookupSyncDelaySeconds,
+    KvOffloadLookupAsyncDelaySeconds,
+    KvOffloadAllocationFailure,
+    KvOffloadConfigInfo,
     EstimatedFlopsPerGpu,
     EstimatedReadBytesPerGpu,
     EstimatedWriteBytesPerGpu,
@@ -72,6 +89,9 @@ pub enum Condition {
     SpecDecode,
     /// The KV-transfer config is a KV consumer.
     KvConsumer,
+    /// The KV connector is the CPU offloading connector (`--kv-offloading-size`):
+    /// `OffloadPromMetrics`.
+    KvOffload,
     /// `VLLM_COMPUTE_NANS_IN_LOGITS=1`.
     ComputeNansInLogits,
     /// A watermark config is set.
@@ -99,6 +119,12 @@ pub enum Layout {
     CacheConfig,
     /// `vllm:lora_requests_info`: children made on the fly from adapter sets.
     Lora,
+    /// `model_name, engine, <extra>`: `for engine: for value:`.
+    EngineThenExtra,
+    /// `model_name, engine` (plus, for `vllm:kv_offload_config_info`, the labels the payload
+    /// fills): a child appears when its engine first reports the series (the offloading
+    /// connector's `labels()` on first use).
+    OnFirstUse,
 }
 
 /// Static description of one family.
@@ -139,6 +165,7 @@ impl FamilySpec {
             Condition::Always | Condition::EngineInitialized => true,
             Condition::SpecDecode => cfg.num_speculative_tokens.is_some(),
             Condition::KvConsumer => cfg.kv_consumer,
+            Condition::KvOffload => cfg.kv_offload,
             Condition::ComputeNansInLogits => cfg.compute_nans_in_logits,
             Condition::Watermark => cfg.watermark,
             Condition::KvCacheMetrics => cfg.kv_cache_metrics,
@@ -189,6 +216,35 @@ const fn labelled(
     }
 }
 
+const fn on_first_use(
+    id: FamilyId,
+    registered_name: &'static str,
+    kind: MetricType,
+    help: &'static str,
+    buckets: Option<BucketFamily>,
+) -> FamilySpec {
+    FamilySpec {
+        id,
+        registered_name,
+        kind,
+        help,
+        layout: Layout::OnFirstUse,
+        extra_label: None,
+        extra_values: &[],
+        buckets,
+        condition: Condition::KvOffload,
+    }
+}
+
+/// The label names of `vllm:kv_offload_config_info`, in the order the CPU spec declares them
+/// (`CPUOffloadingInfo.config_info_keys`).
+pub const KV_OFFLOAD_INFO_KEYS: &[&str] = &[
+    "cpu_num_chunks",
+    "cpu_blocks_per_chunk",
+    "cpu_kv_cache_size_bytes",
+    "cpu_kv_cache_size_tokens",
+];
+
 const fn hist(
     id: FamilyId,
     registered_name: &'static str,
@@ -215,6 +271,7 @@ use MetricType::{Counter, Gauge};
 
 const WAITING_REASONS: &[&str] = &["capacity", "deferred"];
 const SLEEP_STATES: &[&str] = &["awake", "weights_offloaded", "discard_all"];
+const TRANSFER_TYPES: &[&str] = &["CPU_to_GPU", "GPU_to_CPU"];
 const KV_FETCH_STAGES: &[&str] = &["waiting_to_start", "in_progress", "completed_waiting"];
 const WATERMARK_STATUSES: &[&str] = &["watermarked", "skipped", "not_watermarked"];
 const PROMPT_SOURCES: &[&str] = &["local_compute", "local_cache_hit", "external_kv_transfer"];
@@ -243,6 +300,80 @@ pub static FAMILIES: &[FamilySpec] = &[
         buckets: None,
         condition: C::SpecDecode,
     },
+    // vLLM: OffloadPromMetrics.__init__ (the KV connector's families, registered between the
+    // spec-decode and the perf families): the deprecated transfer families with their children,
+    // then CPUOffloadingSpec.build_metric_definitions, get_connector_metric_definitions and the
+    // config info, whose children appear on first use.
+    FamilySpec {
+        id: F::KvOffloadTotalBytes,
+        registered_name: "vllm:kv_offload_total_bytes",
+        kind: Counter,
+        help: "Number of bytes offloaded by KV connector",
+        layout: Layout::EngineThenExtra,
+        extra_label: Some("transfer_type"),
+        extra_values: TRANSFER_TYPES,
+        buckets: None,
+        condition: C::KvOffload,
+    },
+    FamilySpec {
+        id: F::KvOffloadTotalTime,
+        registered_name: "vllm:kv_offload_total_time",
+        kind: Counter,
+        help: "Total time measured by all KV offloading operations",
+        layout: Layout::EngineThenExtra,
+        extra_label: Some("transfer_type"),
+        extra_values: TRANSFER_TYPES,
+        buckets: None,
+        condition: C::KvOffload,
+    },
+    FamilySpec {
+        id: F::KvOffloadSize,
+        registered_name: "vllm:kv_offload_size",
+        kind: MetricType::Histogram,
+        help: "Histogram of KV offload transfer size, in bytes.",
+        layout: Layout::EngineThenExtra,
+        extra_label: Some("transfer_type"),
+        extra_values: TRANSFER_TYPES,
+        buckets: Some(BucketFamily::KvOffloadTransferSize),
+        condition: C::KvOffload,
+    },
+    on_first_use(F::KvOffloadCpuCacheUsagePerc, "vllm:kv_offload_cpu_cache_usage_perc", Gauge,
+        "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = saturated). Sustained high values indicate transfers (stores or promotions) may be dropped due to insufficient capacity.",
+        None),
+    on_first_use(F::KvOffloadCpuCacheWriteUsagePerc, "vllm:kv_offload_cpu_cache_write_usage_perc", Gauge,
+        "Fraction of CPU KV-cache space currently pinned by in-flight stores that have not yet completed (0.0 = idle, 1.0 = saturated).",
+        None),
+    on_first_use(F::KvOffloadCpuCacheReadUsagePerc, "vllm:kv_offload_cpu_cache_read_usage_perc", Gauge,
+        "Fraction of CPU KV-cache space currently pinned by in-flight loads that have not yet completed (0.0 = idle, 1.0 = saturated).",
+        None),
+    on_first_use(F::KvOffloadCpuAllocationSize, "vllm:kv_offload_cpu_allocation_size", MetricType::Histogram,
+        "Histogram of the number of CPU chunks requested by each KV offload prepare_store call.",
+        Some(BucketFamily::KvOffloadCpuAllocationSize)),
+    on_first_use(F::KvOffloadLoadBytes, "vllm:kv_offload_load_bytes", Counter,
+        "Total bytes loaded from offload storage to GPU.", None),
+    on_first_use(F::KvOffloadLoadTime, "vllm:kv_offload_load_time", Counter,
+        "Total load time from offload storage to GPU, in seconds.", None),
+    on_first_use(F::KvOffloadLoadSize, "vllm:kv_offload_load_size", MetricType::Histogram,
+        "Histogram of KV offload load operation size, in bytes.",
+        Some(BucketFamily::KvOffloadTransferSize)),
+    on_first_use(F::KvOffloadStoreBytes, "vllm:kv_offload_store_bytes", Counter,
+        "Total bytes stored from GPU to offload storage.", None),
+    on_first_use(F::KvOffloadStoreTime, "vllm:kv_offload_store_time", Counter,
+        "Total store time from GPU to offload storage, in seconds.", None),
+    on_first_use(F::KvOffloadStoreSize, "vllm:kv_offload_store_size", MetricType::Histogram,
+        "Histogram of KV offload store operation size, in bytes.",
+        Some(BucketFamily::KvOffloadTransferSize)),
+    on_first_use(F::KvOffloadLookupSyncDelaySeconds, "vllm:kv_offload_lookup_sync_delay_seconds", MetricType::Histogram,
+        "Histogram of the time spent in a single offload lookup call, in seconds.",
+        Some(BucketFamily::KvOffloadLookupSyncDelay)),
+    on_first_use(F::KvOffloadLookupAsyncDelaySeconds, "vllm:kv_offload_lookup_async_delay_seconds", MetricType::Histogram,
+        "Histogram of time between a request's offload lookup first deferring and the following lookup resolving, or request finish, in seconds.",
+        Some(BucketFamily::KvOffloadLookupAsyncDelay)),
+    on_first_use(F::KvOffloadAllocationFailure, "vllm:kv_offload_allocation_failure", Counter,
+        "Number of KV offload store allocation attempts that failed.", None),
+    on_first_use(F::KvOffloadConfigInfo, "vllm:kv_offload_config_info", Gauge,
+        "Static configuration of the KV offload managers of this engine instance. The configured offloading spec declares the label names, and each manager fills the values, so a series appears from the first scheduler step of its engine. A manager reports one series for each configuration it holds, and a label of its own tells the series apart. Each engine reports its own configuration, not the instance total.",
+        None),
     plain(F::EstimatedFlopsPerGpu, "vllm:estimated_flops_per_gpu_total", Counter,
         "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
         C::Always),
@@ -432,6 +563,8 @@ pub struct MetricsConfig {
     pub num_speculative_tokens: Option<usize>,
     /// KV-transfer config is a KV consumer: `num_requests_kv_fetch_by_stage`.
     pub kv_consumer: bool,
+    /// The CPU offloading connector (`--kv-offloading-size`): the `vllm:kv_offload_*` families.
+    pub kv_offload: bool,
     /// `VLLM_COMPUTE_NANS_IN_LOGITS=1`: `corrupted_requests`.
     pub compute_nans_in_logits: bool,
     /// A watermark config is set: `watermark_requests`.
@@ -453,6 +586,7 @@ impl Default for MetricsConfig {
             kv_cache_metrics: false,
             num_speculative_tokens: None,
             kv_consumer: false,
+            kv_offload: false,
             compute_nans_in_logits: false,
             watermark: false,
             lora_max_loras: None,

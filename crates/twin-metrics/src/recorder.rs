@@ -10,11 +10,12 @@ use crate::buckets::histogram_buckets;
 use crate::exposition::{encode, encode_openmetrics, encode_text, Escaping, Format};
 use crate::families::{
     registered_at_construction, spec, FamilyId, FamilySpec, Layout, MetricsConfig,
+    KV_OFFLOAD_INFO_KEYS,
 };
 use crate::model::{Bucket, MetricFamily, MetricType, Series, SeriesValue};
 use crate::stats::{
-    AdmissionReason, CacheHitSource, IterationStats, KvFetchStage, MultiModalCacheStats,
-    SchedulerStats,
+    AdmissionReason, CacheHitSource, ConnectorValue, IterationStats, KvConnectorStats,
+    KvFetchStage, MultiModalCacheStats, SchedulerStats,
 };
 use std::fmt;
 
@@ -190,6 +191,16 @@ impl MetricsRecorder {
                     }
                 }
             }
+            Layout::EngineThenExtra => {
+                let label = fam.extra_label.unwrap_or("");
+                for e in &self.engines {
+                    for v in fam.extra_values {
+                        let mut l = engine_labels(*e);
+                        l.push((label.to_string(), (*v).to_string()));
+                        children.push(l);
+                    }
+                }
+            }
             Layout::EngineThenPosition => {
                 let label = fam.extra_label.unwrap_or("");
                 let k = self.config.num_speculative_tokens.unwrap_or(0);
@@ -218,8 +229,8 @@ impl MetricsRecorder {
                     children.push(l);
                 }
             }
-            // Children appear as adapter sets are reported.
-            Layout::Lora => {}
+            // Children appear as adapter sets are reported, or on first use.
+            Layout::Lora | Layout::OnFirstUse => {}
         }
         for labels in children {
             let value = state.new_value(self.created_unix_s);
@@ -263,6 +274,7 @@ impl MetricsRecorder {
         let n = self.engines.len();
         match fam.spec.layout {
             Layout::ExtraThenEngine => extra * n + epos,
+            Layout::EngineThenExtra => epos * fam.spec.extra_values.len() + extra,
             Layout::EngineThenPosition => {
                 epos * self.config.num_speculative_tokens.unwrap_or(0) + extra
             }
@@ -323,6 +335,160 @@ impl MetricsRecorder {
                 *sum = acc;
                 if let Some(b) = bounds.iter().position(|le| amount <= *le) {
                     counts[b] += count as f64;
+                }
+            }
+        }
+    }
+
+    /// The child of on-first-use family `id` for engine position `epos` with `extra` labels,
+    /// made now if it is new (its `_created` is the clock's time).
+    // vLLM: OffloadPromMetrics._get_prometheus_metric (`labels()` on first use)
+    fn first_use_series(
+        &mut self,
+        id: FamilyId,
+        epos: usize,
+        extra: &[(String, String)],
+    ) -> Option<&mut Value> {
+        let i = self.slot[id as usize]?;
+        let engine = self.engines[epos].to_string();
+        let fam = &self.families[i];
+        let found = fam.series.iter().position(|s| {
+            s.labels.get(1).is_some_and(|(_, e)| *e == engine) && s.labels[2..] == *extra
+        });
+        let idx = match found {
+            Some(idx) => idx,
+            None => {
+                let mut labels = vec![
+                    (
+                        "model_name".to_string(),
+                        self.config.served_model_name.clone(),
+                    ),
+                    ("engine".to_string(), engine),
+                ];
+                labels.extend_from_slice(extra);
+                let value = fam.new_value(self.now_unix_s);
+                let fam = &mut self.families[i];
+                fam.series.push(SeriesState { labels, value });
+                fam.series.len() - 1
+            }
+        };
+        Some(&mut self.families[i].series[idx].value)
+    }
+
+    fn first_use_observe(&mut self, id: FamilyId, epos: usize, amount: f64) {
+        let Some(i) = self.slot[id as usize] else {
+            return;
+        };
+        let bounds = self.families[i].bounds.clone();
+        if let Some(Value::Histogram { counts, sum, .. }) = self.first_use_series(id, epos, &[]) {
+            *sum += amount;
+            if let Some(b) = bounds.iter().position(|le| amount <= *le) {
+                counts[b] += 1.0;
+            }
+        }
+    }
+
+    /// The offloading connector's payload: its config facts, then each series; transfer
+    /// bytes, times and sizes also feed the deprecated `transfer_type` families.
+    // vLLM: OffloadPromMetrics.observe (_observe_info, _increase_counter, _set_gauge,
+    // _observe_histogram)
+    fn record_kv_connector(&mut self, kc: &KvConnectorStats, e: usize) {
+        use FamilyId as F;
+        if let Some(info) = &kc.info {
+            for series in info {
+                let labels: Vec<(String, String)> = KV_OFFLOAD_INFO_KEYS
+                    .iter()
+                    .map(|k| {
+                        let v = series
+                            .iter()
+                            .find(|(name, _)| name == k)
+                            .map(|(_, v)| v.clone())
+                            .unwrap_or_default();
+                        (k.to_string(), v)
+                    })
+                    .collect();
+                if let Some(Value::Gauge(g)) =
+                    self.first_use_series(F::KvOffloadConfigInfo, e, &labels)
+                {
+                    *g = 1.0;
+                }
+            }
+        }
+        // Deprecated `transfer_type` children: CPU_to_GPU = 0, GPU_to_CPU = 1.
+        for (name, v) in &kc.values {
+            let (id, deprecated) = match name.as_str() {
+                "vllm:kv_offload_cpu_cache_usage_perc" => (F::KvOffloadCpuCacheUsagePerc, None),
+                "vllm:kv_offload_cpu_cache_write_usage_perc" => {
+                    (F::KvOffloadCpuCacheWriteUsagePerc, None)
+                }
+                "vllm:kv_offload_cpu_cache_read_usage_perc" => {
+                    (F::KvOffloadCpuCacheReadUsagePerc, None)
+                }
+                "vllm:kv_offload_cpu_allocation_size" => (F::KvOffloadCpuAllocationSize, None),
+                "vllm:kv_offload_load_bytes" => {
+                    (F::KvOffloadLoadBytes, Some((F::KvOffloadTotalBytes, 0)))
+                }
+                "vllm:kv_offload_load_time" => {
+                    (F::KvOffloadLoadTime, Some((F::KvOffloadTotalTime, 0)))
+                }
+                "vllm:kv_offload_load_size" => (F::KvOffloadLoadSize, Some((F::KvOffloadSize, 0))),
+                "vllm:kv_offload_store_bytes" => {
+                    (F::KvOffloadStoreBytes, Some((F::KvOffloadTotalBytes, 1)))
+                }
+                "vllm:kv_offload_store_time" => {
+                    (F::KvOffloadStoreTime, Some((F::KvOffloadTotalTime, 1)))
+                }
+                "vllm:kv_offload_store_size" => {
+                    (F::KvOffloadStoreSize, Some((F::KvOffloadSize, 1)))
+                }
+                "vllm:kv_offload_lookup_sync_delay_seconds" => {
+                    (F::KvOffloadLookupSyncDelaySeconds, None)
+                }
+                "vllm:kv_offload_lookup_async_delay_seconds" => {
+                    (F::KvOffloadLookupAsyncDelaySeconds, None)
+                }
+                "vllm:kv_offload_allocation_failure" => (F::KvOffloadAllocationFailure, None),
+                // vLLM asserts every key is one of its definitions; an unknown one is dropped.
+                _ => continue,
+            };
+            match v {
+                ConnectorValue::Counter(x) => {
+                    if let Some(Value::Counter { total, .. }) = self.first_use_series(id, e, &[]) {
+                        *total += x;
+                    }
+                    if let Some((dep, t)) = deprecated {
+                        self.inc(dep, t, e, *x);
+                    }
+                }
+                ConnectorValue::Gauge(x) => {
+                    if let Some(Value::Gauge(g)) = self.first_use_series(id, e, &[]) {
+                        *g = *x;
+                    }
+                }
+                ConnectorValue::Histogram(xs) => {
+                    // The child exists once used, even for an empty list.
+                    let _ = self.first_use_series(id, e, &[]);
+                    for &x in xs {
+                        self.first_use_observe(id, e, x);
+                        if let Some((dep, t)) = deprecated {
+                            let Some(i) = self.slot[dep as usize] else {
+                                continue;
+                            };
+                            let idx = self.series_index(&self.families[i], t, e);
+                            let fam = &mut self.families[i];
+                            let bounds = &fam.bounds;
+                            if let Some(SeriesState {
+                                value: Value::Histogram { counts, sum, .. },
+                                ..
+                            }) = fam.series.get_mut(idx)
+                            {
+                                *sum += x;
+                                if let Some(b) = bounds.iter().position(|le| x <= *le) {
+                                    counts[b] += 1.0;
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -437,6 +603,9 @@ impl MetricsRecorder {
         }
 
         // vLLM: perf.py PerfMetricsProm.observe() (skips all-zero stats)
+        if let Some(kc) = &ss.kv_connector_stats {
+            self.record_kv_connector(kc, e);
+        }
         if let Some(ps) = &ss.perf_stats {
             if ps.num_flops_per_gpu != 0
                 || ps.num_read_bytes_per_gpu != 0

@@ -30,6 +30,10 @@ pub struct ReplayConfig {
     pub kv_cache_metrics: bool,
     #[serde(default)]
     pub speculative_config: Option<ReplaySpecConfig>,
+    /// `cpu_bytes_to_use` of the offloading connector (scripts/gen_golden_offload.py): the
+    /// logger registers its families, and the engine is a KV consumer (`kv_both`).
+    #[serde(default)]
+    pub kv_offloading_cpu_bytes: Option<u64>,
     pub handshake: ReplayHandshake,
 }
 
@@ -115,6 +119,8 @@ impl ReplayDoc {
                 .as_ref()
                 .map(|s| s.num_speculative_tokens),
             cache_config: cache,
+            kv_offload: c.kv_offloading_cpu_bytes.is_some(),
+            kv_consumer: c.kv_offloading_cpu_bytes.is_some(),
             ..MetricsConfig::default()
         }
     }

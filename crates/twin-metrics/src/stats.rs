@@ -277,6 +277,8 @@ pub struct SchedulerStats {
     pub spec_decoding_stats: Option<SpecDecodingStats>,
     pub perf_stats: Option<PerfStats>,
     pub num_kv_fetch_reqs_by_stage: BTreeMap<KvFetchStage, u64>,
+    /// The KV connector's own stats (`KVConnectorStats.data`): the offloading connector's.
+    pub kv_connector_stats: Option<KvConnectorStats>,
     /// Adapter names in the engine's order (a dict in vLLM; its keys are
     /// comma-joined into a label, so order matters).
     #[serde(deserialize_with = "ordered_keys")]
@@ -450,4 +452,141 @@ fn ordered_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error
         }
     }
     d.deserialize_any(KeysVisitor)
+}
+
+/// One series value of a KV connector's stats payload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConnectorValue {
+    /// Added to the counter.
+    Counter(f64),
+    /// The gauge's new value.
+    Gauge(f64),
+    /// Observations, in order.
+    Histogram(Vec<f64>),
+}
+
+/// A KV connector's stats for one step (`SchedulerStats.kv_connector_stats`, vLLM's
+/// `OffloadingConnectorStats.data`): its unlabelled series by metric name, in payload order,
+/// and its config facts on the first step (`info`: label name -> value, one map per series).
+/// In JSON: `{"types": {name: type}, "data": {name: [[labels, value], ...]}, "info": [...]}`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KvConnectorStats {
+    pub values: Vec<(String, ConnectorValue)>,
+    pub info: Option<Vec<Vec<(String, String)>>>,
+}
+
+/// Python's `str()` of a JSON scalar (the info labels' values).
+fn py_str(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "None".to_string(),
+        serde_json::Value::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => i.to_string(),
+            (None, Some(f)) => crate::pyfmt::py_float_repr(f),
+            _ => n.to_string(),
+        },
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl<'de> Deserialize<'de> for KvConnectorStats {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde_json::Value;
+        let v = Value::deserialize(d)?;
+        let types = v.get("types").and_then(Value::as_object);
+        let mut values = Vec::new();
+        if let Some(data) = v.get("data").and_then(Value::as_object) {
+            for (name, pairs) in data {
+                let kind = types
+                    .and_then(|t| t.get(name))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| de::Error::custom(format!("{name}: no type in \"types\"")))?;
+                let pairs = pairs.as_array().ok_or_else(|| {
+                    de::Error::custom(format!("{name}: expected [[labels, value], ...]"))
+                })?;
+                for pair in pairs {
+                    let value = pair.get(1).ok_or_else(|| {
+                        de::Error::custom(format!("{name}: expected [labels, value]"))
+                    })?;
+                    if pair
+                        .get(0)
+                        .and_then(Value::as_array)
+                        .is_some_and(|l| !l.is_empty())
+                    {
+                        return Err(de::Error::custom(format!(
+                            "{name}: labelled connector series are not modelled"
+                        )));
+                    }
+                    let num = |x: &Value| {
+                        x.as_f64()
+                            .ok_or_else(|| de::Error::custom(format!("{name}: expected a number")))
+                    };
+                    let cv = match kind {
+                        "counter" => ConnectorValue::Counter(num(value)?),
+                        "gauge" => ConnectorValue::Gauge(num(value)?),
+                        "histogram" => ConnectorValue::Histogram(
+                            value
+                                .as_array()
+                                .ok_or_else(|| {
+                                    de::Error::custom(format!("{name}: expected a list"))
+                                })?
+                                .iter()
+                                .map(num)
+                                .collect::<Result<_, _>>()?,
+                        ),
+                        other => {
+                            return Err(de::Error::custom(format!(
+                                "{name}: unknown type {other:?}"
+                            )))
+                        }
+                    };
+                    values.push((name.clone(), cv));
+                }
+            }
+        }
+        let info = match v.get("info") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(series)) => Some(
+                series
+                    .iter()
+                    .map(|s| {
+                        s.as_object()
+                            .map(|m| m.iter().map(|(k, x)| (k.clone(), py_str(x))).collect())
+                            .ok_or_else(|| de::Error::custom("info: expected objects"))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            Some(_) => return Err(de::Error::custom("info: expected a list or null")),
+        };
+        Ok(KvConnectorStats { values, info })
+    }
+}
+
+impl Serialize for KvConnectorStats {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde_json::{json, Map, Value};
+        let mut types = Map::new();
+        let mut data = Map::new();
+        for (name, v) in &self.values {
+            let (kind, value) = match v {
+                ConnectorValue::Counter(x) => ("counter", json!(x)),
+                ConnectorValue::Gauge(x) => ("gauge", json!(x)),
+                ConnectorValue::Histogram(xs) => ("histogram", json!(xs)),
+            };
+            types.insert(name.clone(), json!(kind));
+            data.entry(name.clone())
+                .or_insert_with(|| Value::Array(Vec::new()))
+                .as_array_mut()
+                .expect("an array")
+                .push(json!([[], value]));
+        }
+        let info = self.info.as_ref().map(|series| {
+            series
+                .iter()
+                .map(|m| Value::Object(m.iter().map(|(k, v)| (k.clone(), json!(v))).collect()))
+                .collect::<Vec<_>>()
+        });
+        json!({"types": types, "data": data, "info": info}).serialize(s)
+    }
 }

@@ -15,6 +15,9 @@ const CASES: &[&str] = &[
     "busy_131072",
     "fresh_131072",
     "extras",
+    // scripts/gen_golden_offload.py: the offloading connector's families.
+    "offload",
+    "offload_dp2",
 ];
 
 /// The clock the golden generator froze for `frozen_created/`.

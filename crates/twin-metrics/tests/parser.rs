@@ -187,9 +187,17 @@ fn every_golden_exposition() {
         assert_eq!(s.engines(), want_engines, "{name}");
         n += 1;
     }
-    assert_eq!(n, 24);
+    assert_eq!(n, 30);
     // The three formats carry the same samples once names are canonical.
-    for case in ["busy", "busy_dp2", "spec_decode", "kv_metrics", "extras"] {
+    for case in [
+        "busy",
+        "busy_dp2",
+        "spec_decode",
+        "kv_metrics",
+        "extras",
+        "offload",
+        "offload_dp2",
+    ] {
         let dir = fixtures("golden/frozen_created");
         let text = parse(&read(&dir.join(format!("golden_{case}.prom")))).expect("text");
         let om = parse(&read(&dir.join(format!("golden_{case}.openmetrics")))).expect("om");
@@ -341,7 +349,7 @@ fn scrape_text_is_what_parsing_the_exposition_gives() {
         assert_same_scrape(&parsed, &scrape_text(&fams), &name);
         cases += 1;
     }
-    assert_eq!(cases, 8);
+    assert_eq!(cases, 10);
 
     // Values and names the twin's recorder never makes: escapes in labels and HELP, NaN,
     // -0.0, infinities, huge and tiny numbers, a label sorting after `le`, series with
