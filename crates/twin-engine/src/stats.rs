@@ -87,4 +87,6 @@ pub struct SchedulerStats {
     /// External-cache lookups at admission since the last stats (with a KV connector that
     /// has a cache: CPU offloading, its hits all from the host tier).
     pub connector_prefix_cache_stats: Option<PrefixCacheStats>,
+    /// The offloading connector's own stats since the last stats.
+    pub kv_offload: Option<crate::sched::offload::KvOffloadStats>,
 }

@@ -202,7 +202,12 @@ impl<P: TokenPlan> ModelRunner for SyntheticModelRunner<P> {
     ) {
         self.last_sampled.clear();
         if let Some(w) = &mut self.offload_worker {
-            w.on_execute(&so.kv_offload, self.now_s, &mut out.completed_kv_jobs);
+            w.on_execute(
+                &so.kv_offload,
+                self.now_s,
+                &mut out.completed_kv_jobs,
+                &mut out.kv_transfer_stats,
+            );
         }
         if so.total_num_scheduled_tokens == 0 {
             return;

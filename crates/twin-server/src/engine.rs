@@ -486,7 +486,7 @@ impl EngineLoop {
         self.counters
             .generated_tokens
             .fetch_add(it.num_generation_tokens, Ordering::Relaxed);
-        let sched = scheduler_stats(&outs.scheduler_stats, None);
+        let sched = scheduler_stats(&outs.scheduler_stats, None, self.metrics.kv_offload_info());
         // An IterationStats exists only when the batch carried request outputs.
         self.metrics.record(
             &sched,

@@ -32,6 +32,8 @@ pub struct ServerMetrics {
     recorder: Mutex<MetricsRecorder>,
     /// `http_requests_total` children in creation order (prometheus_client's order).
     http: Mutex<Vec<Series>>,
+    /// `vllm:kv_offload_config_info`'s labels (`--kv-offloading-size` only).
+    kv_offload_info: Option<Vec<(String, String)>>,
 }
 
 // The engine → vLLM stats mappings are the simulator's, so both faces export alike.
@@ -58,7 +60,13 @@ impl ServerMetrics {
         ServerMetrics {
             recorder: Mutex::new(recorder),
             http: Mutex::new(Vec::new()),
+            kv_offload_info: twin_sim::metrics_bridge::kv_offload_info(startup),
         }
+    }
+
+    /// The labels of `vllm:kv_offload_config_info`, for [`scheduler_stats`].
+    pub fn kv_offload_info(&self) -> Option<&[(String, String)]> {
+        self.kv_offload_info.as_deref()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MetricsRecorder> {
@@ -68,8 +76,14 @@ impl ServerMetrics {
 
     /// One output batch. vLLM: `StatLoggerManager.record` → `PrometheusStatLogger.record`.
     pub fn record(&self, sched: &ms::SchedulerStats, iteration: Option<&ms::IterationStats>) {
+        let now_unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut recorder = self.lock();
+        // Series made on first use (the offloading connector's) are created now.
+        recorder.set_clock(now_unix_s);
         // Engine 0 is the only configured index, so this cannot fail.
-        let _ = self.lock().record(Some(sched), iteration, None, 0);
+        let _ = recorder.record(Some(sched), iteration, None, 0);
     }
 
     /// vLLM: `PrometheusStatLogger.record_admission_rejection`.

@@ -208,21 +208,33 @@ fn rank_block_bytes(plan: &MemoryPlan) -> u64 {
 /// every rank's share of a GPU block, page-aligned. vLLM: `CPUOffloadingSpec.__init__`
 /// (`cpu_bytes_to_use // round_up(kv_bytes_per_block * world_size, 4096)`).
 pub fn kv_offload_cpu_blocks(plan: &MemoryPlan, size_gib: f64) -> usize {
-    let world = u64::from(plan.config.tensor_parallel_size * plan.config.pipeline_parallel_size);
-    let block_bytes = (rank_block_bytes(plan) * world).div_ceil(4096) * 4096;
     let size_bytes = (size_gib * (1u64 << 30) as f64) as u64;
-    size_bytes.checked_div(block_bytes).unwrap_or(0) as usize
+    size_bytes
+        .checked_div(kv_offload_cpu_block_bytes(plan))
+        .unwrap_or(0) as usize
+}
+
+/// One CPU block's bytes: every rank's share of a GPU block, page-aligned.
+pub fn kv_offload_cpu_block_bytes(plan: &MemoryPlan) -> u64 {
+    (rank_block_bytes(plan) * world_size(plan)).div_ceil(4096) * 4096
+}
+
+fn world_size(plan: &MemoryPlan) -> u64 {
+    u64::from(plan.config.tensor_parallel_size * plan.config.pipeline_parallel_size)
 }
 
 /// CPU KV offloading's worker for one engine: each rank copies its share of a block over its
 /// own host link. The fixed cost of a job ([U] 10 µs: a batch of DMA copies and its event).
 pub fn offload_worker(cfg: &SimConfig, startup: &Startup) -> Option<OffloadWorker> {
     startup.scheduler.kv_offload_cpu_blocks?;
-    let s_per_block = rank_block_bytes(&startup.plan) as f64 / cfg.gpu.host_link_bytes_per_s();
+    let bytes = rank_block_bytes(&startup.plan);
+    let s_per_block = bytes as f64 / cfg.gpu.host_link_bytes_per_s();
     Some(OffloadWorker::new(
         s_per_block,
         s_per_block,
         OFFLOAD_JOB_LATENCY_S,
+        bytes,
+        world_size(&startup.plan) as u32,
     ))
 }
 

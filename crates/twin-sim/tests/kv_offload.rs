@@ -68,6 +68,22 @@ fn the_cpu_tier_turns_recomputed_prefixes_into_loads() {
     );
     let queries = sample(&on_text, "vllm:external_prefix_cache_queries_total{");
     assert!(queries >= host_hits);
+    // The connector's own families: every hit token was loaded (128 KiB a token), over
+    // 50 GB/s host links.
+    let loaded = sample(&on_text, "vllm:kv_offload_load_bytes_total{");
+    assert_eq!(loaded, host_hits * 131072.0);
+    let load_s = sample(&on_text, "vllm:kv_offload_load_time_total{");
+    let gbps = loaded / load_s / 1e9;
+    assert!((45.0..50.0).contains(&gbps), "{gbps} GB/s");
+    assert!(sample(&on_text, "vllm:kv_offload_store_bytes_total{") > 0.0);
+    assert!(
+        on_text.contains("vllm:kv_offload_config_info{cpu_blocks_per_chunk=\"1\",cpu_kv_cache_size_bytes=\"21474836480\""),
+        "config info for 20 GiB of 8 MiB blocks"
+    );
+    assert!(
+        !off_text.contains("vllm:kv_offload_"),
+        "no connector, no families"
+    );
 }
 
 #[test]

@@ -51,6 +51,37 @@ impl OffloadMeta {
     }
 }
 
+/// One finished copy as the worker reports it (vLLM: `TransferStats`, sent in the worker's
+/// metadata).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvTransferStat {
+    pub is_store: bool,
+    pub bytes: u64,
+    pub time_s: f64,
+}
+
+/// What the connector reports with each scheduler stats (vLLM: `OffloadingConnectorStats` from
+/// `OffloadingConnectorScheduler.get_stats`, the manager's gauges and allocation sizes folded
+/// in).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KvOffloadStats {
+    /// The first stats of the run carry the tier's configuration (`vllm:kv_offload_config_info`).
+    pub config_info: bool,
+    pub num_cpu_blocks: usize,
+    /// Lookups since the last stats (each one `vllm:kv_offload_lookup_sync_delay_seconds`).
+    pub num_lookups: u64,
+    /// Seconds from a request's first deferred lookup to the lookup that resolved it (or its
+    /// finish).
+    pub lookup_async_delays_s: Vec<f64>,
+    pub allocation_failures: u64,
+    /// Blocks each `prepare_store` asked for.
+    pub allocation_sizes: Vec<usize>,
+    pub transfers: Vec<KvTransferStat>,
+    /// Shares of the tier's slots pinned by transfers, and by stores.
+    pub pinned_usage: f64,
+    pub write_usage: f64,
+}
+
 /// Counters the connector adds to vLLM's offloading metrics (`OffloadingConnectorStats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct OffloadCounters {
@@ -93,6 +124,8 @@ struct RequestOffloadState {
     transfer_jobs: Vec<u64>,
     finished: Option<FinishedSnapshot>,
     finished_signaled: bool,
+    /// When a lookup first had to wait (vLLM: `deferred_lookup_start_time`).
+    deferred_since_s: Option<f64>,
     /// Scheduled since its last lookup: the connector knows its block table (a lookup clears
     /// it; a schedule hands it over again).
     scheduled_since_lookup: bool,
@@ -117,6 +150,9 @@ pub struct OffloadingConnector {
     /// Loads planned this step (before `build_meta` moves them out).
     current_load_jobs: Vec<OffloadJob>,
     counters: OffloadCounters,
+    /// Accumulated since the last [`Self::take_stats`].
+    stats: KvOffloadStats,
+    info_sent: bool,
     // Scratch.
     keyed: Vec<(OffloadKey, usize)>,
     to_store: Vec<(OffloadKey, usize)>,
@@ -135,6 +171,8 @@ impl OffloadingConnector {
             allocated_block_ids: HashSet::new(),
             current_load_jobs: Vec::new(),
             counters: OffloadCounters::default(),
+            stats: KvOffloadStats::default(),
+            info_sent: false,
             keyed: Vec::new(),
             to_store: Vec::new(),
         }
@@ -164,8 +202,8 @@ impl OffloadingConnector {
         h: ReqHandle,
         r: &Request,
         num_computed: usize,
+        now_s: f64,
     ) -> Option<usize> {
-        let bs = self.block_size;
         let st = self.states.entry(h).or_default();
         // Every (re)admission restarts its store progress at the first block.
         st.next_stored_chunk_idx = 0;
@@ -174,6 +212,25 @@ impl OffloadingConnector {
             return None;
         }
         st.num_locally_computed_tokens = num_computed;
+        self.stats.num_lookups += 1;
+        let found = self.lookup_complete_blocks(r, num_computed);
+        let st = self.states.get_mut(&h).expect("made above");
+        match found {
+            None => {
+                st.deferred_since_s.get_or_insert(now_s);
+            }
+            Some(_) => {
+                if let Some(since) = st.deferred_since_s.take() {
+                    self.stats.lookup_async_delays_s.push(now_s - since);
+                }
+            }
+        }
+        found
+    }
+
+    /// vLLM: `_lookup_complete_chunks` (and the in-flight-load check after it).
+    fn lookup_complete_blocks(&self, r: &Request, num_computed: usize) -> Option<usize> {
+        let bs = self.block_size;
         let keys = &r.block_hashes;
         // Full attention: the whole sequence may come from the tier (no -1).
         let max_hit = r.num_tokens().min(keys.len() * bs);
@@ -266,11 +323,14 @@ impl OffloadingConnector {
     /// A request is being freed (`_free_request` → `request_finished`): remember what its
     /// stores still need, and watch the blocks its in-flight stores read. The GPU blocks are
     /// never held back. vLLM: `OffloadingConnectorScheduler.request_finished`.
-    pub(crate) fn request_finished(&mut self, h: ReqHandle, r: &Request) {
+    pub(crate) fn request_finished(&mut self, h: ReqHandle, r: &Request, now_s: f64) {
         let Some(st) = self.states.get_mut(&h) else {
             // Never looked up or scheduled: nothing seen, nothing to store.
             return;
         };
+        if let Some(since) = st.deferred_since_s.take() {
+            self.stats.lookup_async_delays_s.push(now_s - since);
+        }
         let num_prompt_blocks = (r.num_prompt_tokens / self.block_size).min(r.block_hashes.len());
         st.finished = Some(FinishedSnapshot {
             aborted: r.status == RequestStatus::FinishedAborted,
@@ -406,6 +466,7 @@ impl OffloadingConnector {
         {
             // No room: retried next step with whatever is storable then.
             self.counters.allocation_failures += 1;
+            self.stats.allocation_failures += 1;
             return;
         }
         st.next_stored_chunk_idx = st.next_stored_chunk_idx.max(storable);
@@ -450,9 +511,11 @@ impl OffloadingConnector {
     pub(crate) fn update_connector_output(
         &mut self,
         completed: &[u64],
+        transfers: &[KvTransferStat],
         loaded: &mut Vec<ReqHandle>,
     ) {
         loaded.clear();
+        self.stats.transfers.extend_from_slice(transfers);
         for id in completed {
             let Some(job) = self.jobs.remove(id) else {
                 continue;
@@ -489,6 +552,18 @@ impl OffloadingConnector {
         }
     }
 
+    /// The stats since the last call, with the tier's gauges now. vLLM:
+    /// `OffloadingConnectorScheduler.get_stats` (with `CPUOffloadingManager.get_stats`).
+    pub(crate) fn take_stats(&mut self) -> KvOffloadStats {
+        let mut s = std::mem::take(&mut self.stats);
+        s.config_info = !std::mem::replace(&mut self.info_sent, true);
+        s.num_cpu_blocks = self.manager.num_slots();
+        self.manager.take_allocation_sizes(&mut s.allocation_sizes);
+        s.pinned_usage = self.manager.pinned_usage();
+        s.write_usage = self.manager.write_usage();
+        s
+    }
+
     pub fn assert_invariants(&self) {
         self.manager.assert_invariants();
         let in_flight: usize = self.states.values().map(|s| s.transfer_jobs.len()).sum();
@@ -518,62 +593,90 @@ pub struct OffloadWorker {
     pub store_s_per_block: f64,
     /// Fixed cost of one job (launch and completion event).
     pub job_latency_s: f64,
+    /// Bytes one block moves on one rank; each of `num_ranks` workers copies its share and
+    /// reports it (vLLM sums the workers' `TransferStats`).
+    pub bytes_per_block: u64,
+    pub num_ranks: u32,
     load_free_s: f64,
     store_free_s: f64,
     /// Jobs of the batch just executed, waiting for its forward to end: (id, is store, blocks).
     awaiting_forward: Vec<(u64, bool, usize)>,
-    /// Copying: (done at, id).
-    in_flight: Vec<(f64, u64)>,
-    /// Blocks copied by finished jobs (for the transfer metrics).
-    pub blocks_loaded: u64,
-    pub blocks_stored: u64,
-    /// Seconds the finished jobs took from start to done, by direction.
-    pub load_time_s: f64,
-    pub store_time_s: f64,
+    /// Copying: (done at, id, what it reports then).
+    in_flight: Vec<(f64, u64, KvTransferStat)>,
 }
 
 impl OffloadWorker {
-    pub fn new(load_s_per_block: f64, store_s_per_block: f64, job_latency_s: f64) -> Self {
+    pub fn new(
+        load_s_per_block: f64,
+        store_s_per_block: f64,
+        job_latency_s: f64,
+        bytes_per_block: u64,
+        num_ranks: u32,
+    ) -> Self {
         OffloadWorker {
             load_s_per_block,
             store_s_per_block,
             job_latency_s,
+            bytes_per_block,
+            num_ranks: num_ranks.max(1),
             load_free_s: 0.0,
             store_free_s: 0.0,
             awaiting_forward: Vec::new(),
             in_flight: Vec::new(),
-            blocks_loaded: 0,
-            blocks_stored: 0,
-            load_time_s: 0.0,
-            store_time_s: 0.0,
         }
     }
 
-    /// At a step's launch (`now_s`): report the jobs done by now and the ones `meta` flushes,
-    /// then take `meta`'s new jobs.
-    pub fn on_execute(&mut self, meta: &OffloadMeta, now_s: f64, completed: &mut Vec<u64>) {
+    /// What one rank reports for a job of `blocks` when done.
+    fn stat(&self, is_store: bool, blocks: usize) -> KvTransferStat {
+        let per_block = if is_store {
+            self.store_s_per_block
+        } else {
+            self.load_s_per_block
+        };
+        KvTransferStat {
+            is_store,
+            bytes: blocks as u64 * self.bytes_per_block,
+            time_s: self.job_latency_s + blocks as f64 * per_block,
+        }
+    }
+
+    /// At a step's launch (`now_s`): report the jobs done by now and the ones `meta` flushes
+    /// (ids in `completed`, their copies in `transfers`), then take `meta`'s new jobs.
+    pub fn on_execute(
+        &mut self,
+        meta: &OffloadMeta,
+        now_s: f64,
+        completed: &mut Vec<u64>,
+        transfers: &mut Vec<KvTransferStat>,
+    ) {
         let flushed = |id: u64| meta.jobs_to_flush.contains(&id);
-        self.in_flight.retain(|&(done_s, id)| {
+        let ranks = self.num_ranks as usize;
+        self.in_flight.retain(|&(done_s, id, stat)| {
             let done = done_s <= now_s || flushed(id);
             if done {
                 completed.push(id);
+                transfers.extend(std::iter::repeat_n(stat, ranks));
             }
             !done
         });
-        self.awaiting_forward.retain(|&(id, _, _)| {
-            let done = flushed(id);
-            if done {
+        let mut i = 0;
+        while i < self.awaiting_forward.len() {
+            let (id, is_store, blocks) = self.awaiting_forward[i];
+            if flushed(id) {
                 completed.push(id);
+                transfers.extend(std::iter::repeat_n(self.stat(is_store, blocks), ranks));
+                self.awaiting_forward.remove(i);
+            } else {
+                i += 1;
             }
-            !done
-        });
+        }
         for j in &meta.load_jobs {
             self.awaiting_forward.push((j.id, false, j.num_blocks));
         }
         for j in &meta.store_jobs {
             if flushed(j.id) {
                 completed.push(j.id);
-                self.account(true, j.num_blocks, 0.0);
+                transfers.extend(std::iter::repeat_n(self.stat(true, j.num_blocks), ranks));
             } else {
                 self.awaiting_forward.push((j.id, true, j.num_blocks));
             }
@@ -584,34 +687,23 @@ impl OffloadWorker {
     pub fn forward_ended(&mut self, end_s: f64) {
         for i in 0..self.awaiting_forward.len() {
             let (id, is_store, blocks) = self.awaiting_forward[i];
-            let (free_s, per_block) = if is_store {
-                (&mut self.store_free_s, self.store_s_per_block)
+            let stat = self.stat(is_store, blocks);
+            let free_s = if is_store {
+                &mut self.store_free_s
             } else {
-                (&mut self.load_free_s, self.load_s_per_block)
+                &mut self.load_free_s
             };
             let start_s = end_s.max(*free_s);
-            let took_s = self.job_latency_s + blocks as f64 * per_block;
-            *free_s = start_s + took_s;
+            *free_s = start_s + stat.time_s;
             let done_s = *free_s;
-            self.in_flight.push((done_s, id));
-            self.account(is_store, blocks, took_s);
+            self.in_flight.push((done_s, id, stat));
         }
         self.awaiting_forward.clear();
     }
 
-    fn account(&mut self, is_store: bool, blocks: usize, took_s: f64) {
-        if is_store {
-            self.blocks_stored += blocks as u64;
-            self.store_time_s += took_s;
-        } else {
-            self.blocks_loaded += blocks as u64;
-            self.load_time_s += took_s;
-        }
-    }
-
     /// When the next copy finishes, if any is under way.
     pub fn next_done_s(&self) -> Option<f64> {
-        self.in_flight.iter().map(|&(d, _)| d).reduce(f64::min)
+        self.in_flight.iter().map(|&(d, _, _)| d).reduce(f64::min)
     }
 
     pub fn is_busy(&self) -> bool {

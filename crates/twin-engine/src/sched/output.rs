@@ -98,6 +98,8 @@ pub struct ModelRunnerOutput {
     /// Offloading jobs the worker finished this step (`OffloadingWorkerMetadata.completed_jobs`;
     /// a finished load also lands its request, as `finished_recving` does).
     pub completed_kv_jobs: Vec<u64>,
+    /// The copies those jobs made (the worker's `TransferStats`).
+    pub kv_transfer_stats: Vec<super::offload::KvTransferStat>,
     /// Entry i's tokens end at `ends[i]` and start where entry i-1's end (4 bytes an
     /// entry: this is written and read once per request per step).
     ends: Vec<u32>,
@@ -110,6 +112,7 @@ impl ModelRunnerOutput {
         self.finished_recving.clear();
         self.finished_sending.clear();
         self.completed_kv_jobs.clear();
+        self.kv_transfer_stats.clear();
     }
 
     /// Append the tokens sampled for the next scheduled entry (empty for a prefill chunk).

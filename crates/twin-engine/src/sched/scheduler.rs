@@ -881,7 +881,7 @@ impl Scheduler {
             0
         } else if let Some(offload) = self.offload.as_deref_mut() {
             // The CPU tier's hit beyond the (block-aligned) local one.
-            match offload.lookup(h, r, num_local_hit) {
+            match offload.lookup(h, r, num_local_hit, plan.now_s) {
                 Some(n) => n,
                 None => return Admitted::NotYet,
             }
@@ -1346,7 +1346,11 @@ impl Scheduler {
         if let Some(offload) = self.offload.as_deref_mut() {
             if !mro.completed_kv_jobs.is_empty() {
                 let mut loaded = std::mem::take(&mut self.loaded_scratch);
-                offload.update_connector_output(&mro.completed_kv_jobs, &mut loaded);
+                offload.update_connector_output(
+                    &mro.completed_kv_jobs,
+                    &mro.kv_transfer_stats,
+                    &mut loaded,
+                );
                 for &h in &loaded {
                     self.finish_kv_load(h);
                 }
@@ -1499,7 +1503,7 @@ impl Scheduler {
     /// vLLM: `Scheduler._free_request` → `_free_blocks` (blocks back, request dropped).
     fn free_request(&mut self, h: ReqHandle) {
         if let Some(offload) = self.offload.as_deref_mut() {
-            offload.request_finished(h, self.requests.req(h));
+            offload.request_finished(h, self.requests.req(h), self.kv.block_pool.now_s);
         }
         self.set_deferred(h, false);
         self.coasting.forget(h);
@@ -1551,6 +1555,7 @@ impl Scheduler {
                 .offload
                 .is_some()
                 .then(|| std::mem::take(&mut self.connector_prefix_cache_stats)),
+            kv_offload: self.offload.as_deref_mut().map(|o| o.take_stats()),
         }
     }
 
