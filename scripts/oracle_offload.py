@@ -9,6 +9,8 @@ vLLM:
   built with the kv_transfer_config vLLM derives from ``--kv-offloading-size``
   (``OffloadingConnector``, ``kv_both``, ``cpu_bytes_to_use``) and a KV cache of 4096 bytes per
   block, so ``engine.kv_offload_cpu_blocks`` CPU blocks fit exactly (``CPUOffloadingSpec``);
+* blocks are hashed even with prefix caching off, as `EngineCore.__init__` does when a KV
+  connector is configured (the harness hashes only for the prefix cache);
 * the fake worker reads each step's ``OffloadingConnectorMetadata`` and reports a load job
   ``kv_offload_load_steps`` (default 1) steps after the step that planned it (with its request in
   ``finished_recving``), a store job ``kv_offload_store_steps`` (default 1) steps after, and a job
@@ -69,6 +71,11 @@ def patched_build_scheduler():
         "from vllm.v1.kv_cache_interface import (",
         "from vllm.v1.kv_cache_interface import (KVCacheTensor, ",
     )
+    # EngineCore hashes blocks for a KV connector even with prefix caching off.
+    old_hasher = "if vllm_config.cache_config.enable_prefix_caching:"
+    if old_hasher not in src:
+        raise SystemExit("oracle_offload: the harness's build_scheduler changed; update the patch")
+    src = src.replace(old_hasher, "if True:  # a KV connector is configured")
     ns = dict(o.__dict__)
     exec(compile(src, o.__file__, "exec"), ns)
     return ns["build_scheduler"]

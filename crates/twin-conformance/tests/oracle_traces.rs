@@ -70,7 +70,7 @@ fn pd_oracle_scenarios_are_step_identical() {
 #[test]
 fn offload_oracle_scenarios_are_step_identical() {
     let (n, failures) = check_set("offload");
-    assert_eq!(n, 6, "expected the 6 offloading scenarios");
+    assert_eq!(n, 7, "expected the 7 offloading scenarios");
     assert!(
         failures.is_empty(),
         "{} of {n} differ:\n{}",

@@ -77,6 +77,8 @@ pub struct Startup {
     pub scheduler: SchedulerConfig,
     /// `--kv-offloading-size` as given (GiB), for `vllm:cache_config_info`.
     pub kv_offloading_size_gib: Option<f64>,
+    /// One CPU block's bytes ([`kv_offload_cpu_block_bytes`]).
+    pub kv_offload_cpu_block_bytes: u64,
 }
 
 /// When the engine's pool is not vLLM's block count (a hybrid model's KV cache groups, which
@@ -154,6 +156,7 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         }
     };
     let mnbt = r.max_num_batched_tokens as usize;
+    let cpu_block_bytes = kv_offload_cpu_block_bytes(&cfg.model, &cfg.gpu, &plan);
     let scheduler = SchedulerConfig {
         block_size: r.block_size as usize,
         // The engine models one full-attention KV group (docs/fidelity.md).
@@ -185,7 +188,7 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         kv_offload_cpu_blocks: cfg
             .knobs
             .kv_offloading_size_gib
-            .map(|gib| kv_offload_cpu_blocks(&plan, gib)),
+            .map(|gib| kv_offload_cpu_blocks(cpu_block_bytes, gib)),
     };
     scheduler.validate().map_err(|e| SimError::Config {
         field: format!("--{}", e.field.replace('_', "-")),
@@ -195,6 +198,7 @@ pub fn startup(cfg: &SimConfig) -> Result<Startup, SimError> {
         plan,
         scheduler,
         kv_offloading_size_gib: cfg.knobs.kv_offloading_size_gib,
+        kv_offload_cpu_block_bytes: cpu_block_bytes,
     })
 }
 
@@ -204,19 +208,27 @@ fn rank_block_bytes(plan: &MemoryPlan) -> u64 {
     plan.limiting().kv_bytes_per_token * u64::from(plan.block_size())
 }
 
-/// CPU blocks `--kv-offloading-size` buys: the size spans every rank, and one CPU block holds
-/// every rank's share of a GPU block, page-aligned. vLLM: `CPUOffloadingSpec.__init__`
-/// (`cpu_bytes_to_use // round_up(kv_bytes_per_block * world_size, 4096)`).
-pub fn kv_offload_cpu_blocks(plan: &MemoryPlan, size_gib: f64) -> usize {
+/// CPU blocks `--kv-offloading-size` buys (the size spans every rank) at `cpu_block_bytes`
+/// each. vLLM: `CPUOffloadingSpec.__init__` (`cpu_bytes_to_use // aligned bytes per chunk`).
+pub fn kv_offload_cpu_blocks(cpu_block_bytes: u64, size_gib: f64) -> usize {
     let size_bytes = (size_gib * (1u64 << 30) as f64) as u64;
-    size_bytes
-        .checked_div(kv_offload_cpu_block_bytes(plan))
-        .unwrap_or(0) as usize
+    size_bytes.checked_div(cpu_block_bytes).unwrap_or(0) as usize
 }
 
-/// One CPU block's bytes: every rank's share of a GPU block, page-aligned.
-pub fn kv_offload_cpu_block_bytes(plan: &MemoryPlan) -> u64 {
-    (rank_block_bytes(plan) * world_size(plan)).div_ceil(4096) * 4096
+/// One CPU block's bytes: the scheduler's KV cache config (the first pipeline stage's) gives
+/// one rank's bytes per GPU block; every rank keeps its own copy, except MLA's replicated
+/// latent under tensor parallelism alone on CUDA (one copy); page-aligned. vLLM:
+/// `build_offloading_config` (`worker_kv_bytes_per_block`, `replicated_layout`) and
+/// `CPUOffloadingSpec.__init__` (`round_up(kv_bytes_per_chunk, 4096)`).
+pub fn kv_offload_cpu_block_bytes(model: &ModelSpec, gpu: &GpuSpec, plan: &MemoryPlan) -> u64 {
+    let c = &plan.config;
+    let stage0 = plan.ranks[0].kv_bytes_per_token * u64::from(plan.block_size());
+    let replicated = model.is_mla()
+        && c.tensor_parallel_size > 1
+        && c.pipeline_parallel_size == 1
+        && !gpu.is_rocm();
+    let copies = if replicated { 1 } else { world_size(plan) };
+    (stage0 * copies).div_ceil(4096) * 4096
 }
 
 fn world_size(plan: &MemoryPlan) -> u64 {
@@ -1052,6 +1064,12 @@ fn step_engine(
         .and_then(OffloadWorker::next_done_s);
     if let (true, Some(done_s)) = (did_nothing, copy_done_s) {
         slot.clock_s = slot.clock_s.max(done_s);
+        slot.blocked = false;
+        return finished;
+    }
+    if did_nothing && slot.runner.offload_worker.is_some() && slot.core.num_in_flight_batches() > 0
+    {
+        // A finished copy rides in a queued (empty) batch: the next step applies it.
         slot.blocked = false;
         return finished;
     }

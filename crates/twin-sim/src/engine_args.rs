@@ -811,7 +811,14 @@ fn kv_offloading_size(v: &VllmValues<'_>) -> Result<Option<f64>, SimError> {
     if !gib.is_finite() || gib < 0.0 {
         return Err(cfg_err(
             "--kv-offloading-size",
-            format!("{size}: expected a size in GiB (a finite number >= 0)"),
+            format!("{size}: expected a size in GiB (a finite number > 0)"),
+        ));
+    }
+    if gib == 0.0 {
+        // vLLM: CPUOffloadingSpec.__init__ refuses a zero `cpu_bytes_to_use` at start-up.
+        return Err(cfg_err(
+            "--kv-offloading-size",
+            "0: vLLM refuses to start (cpu_bytes_to_use must be specified in kv_connector_extra_config)",
         ));
     }
     if v.str("kv_offloading_backend").as_deref() == Some("lmcache") {

@@ -303,7 +303,7 @@ pub const OFFLOAD_LOOKUP_S: f64 = 12e-6;
 /// (`CPUOffloadingInfo.as_config_info`); `None` without `--kv-offloading-size`.
 pub fn kv_offload_info(startup: &Startup) -> Option<Vec<(String, String)>> {
     let n = startup.scheduler.kv_offload_cpu_blocks? as u64;
-    let block_bytes = crate::driver::kv_offload_cpu_block_bytes(&startup.plan);
+    let block_bytes = startup.kv_offload_cpu_block_bytes;
     let mml = startup.scheduler.max_model_len as u64;
     let bs = startup.scheduler.block_size as u64;
     let tokens = (n * mml).checked_div(mml.div_ceil(bs)).unwrap_or(0);

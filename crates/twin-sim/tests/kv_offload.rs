@@ -120,3 +120,53 @@ fn unmodelled_or_bad_offloading_flags_are_refused_by_name() {
         "no size: no offloading"
     );
 }
+
+fn cpu_blocks(args: &str) -> usize {
+    let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+    let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
+    let startup = twin_sim::startup(&a.config).expect("start");
+    startup
+        .scheduler
+        .kv_offload_cpu_blocks
+        .expect("offloading on")
+}
+
+/// `CPUOffloadingSpec`'s count: the first pipeline stage's bytes per block times the ranks,
+/// one copy for MLA's latent replicated over tensor parallelism.
+#[test]
+fn the_cpu_tier_is_sized_as_vllm_sizes_it() {
+    // Qwen3-14B over 3 stages of 13, 14 and 13 layers (256 KiB a layer-block): stage 0 sizes it.
+    let pp = cpu_blocks(
+        "Qwen/Qwen3-14B --pipeline-parallel-size 3 --max-model-len 8192 --kv-offloading-size 10",
+    );
+    assert_eq!(pp, (10usize << 30) / (13 * 262144 * 3));
+    // DeepSeek-V3 at TP 8: one 4,497,408-byte copy of the latent per block, not eight.
+    let mla = cpu_blocks(
+        "deepseek-ai/DeepSeek-V3 --gpu h200 --tensor-parallel-size 8 --max-model-len 8192 \
+         --kv-offloading-size 100",
+    );
+    assert_eq!(mla, (100usize << 30) / 4_497_408);
+}
+
+/// Async scheduling: a load's completion can ride in a queued empty batch; the engine must
+/// apply it at once, not wait for the next arrival.
+#[test]
+fn a_landed_load_does_not_wait_for_the_next_arrival() {
+    let argv: Vec<String> = "--max-model-len 8192 --num-gpu-blocks-override 250 --prompt-pool 20 \
+                             --num-requests 40 --request-rate 0.1 --input-len 2000 \
+                             --output-len 50 --kv-offloading-size 20"
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
+    assert!(a.config.serve.async_scheduling, "the default");
+    let startup = twin_sim::startup(&a.config).expect("start");
+    let mut b = ReportBuilder::new(Slo::default());
+    twin_sim::run(&a.config, &startup, &mut b).expect("run");
+    let report = serde_json::to_value(b.finish(1)).expect("json");
+    let p99 = report["ttft_s"]["p99"].as_f64().expect("ttft");
+    assert!(
+        p99 < 0.5,
+        "TTFT p99 {p99} s at 0.1 req/s (arrivals 10 s apart)"
+    );
+}

@@ -335,12 +335,11 @@ impl Scheduler {
     pub fn add_request(&mut self, new: NewRequest, now_s: f64) -> ReqHandle {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let mut req = Request::new(
-            new,
-            seq,
-            self.config.block_size,
-            self.config.enable_prefix_caching,
-        );
+        // Blocks are hashed for the prefix cache, and for a KV connector even without it.
+        // vLLM: `EngineCore.__init__` (`request_block_hasher`).
+        let hash_blocks =
+            self.config.enable_prefix_caching || self.config.kv_consumer || self.offload.is_some();
+        let mut req = Request::new(new, seq, self.config.block_size, hash_blocks);
         req.record_event(EngineCoreEventType::Queued, now_s);
         let key = req.priority_key();
         let h = self.requests.insert(req);
@@ -894,7 +893,9 @@ impl Scheduler {
         };
         let load_kv_async = num_external > 0;
         if did_lookup {
-            if let Some(ps) = self.requests.req_mut(h).prefill_stats.as_mut() {
+            let r = self.requests.req_mut(h);
+            // The first admission's figures stand (vLLM fills them once).
+            if let Some(ps) = r.prefill_stats.as_mut().filter(|_| r.num_preemptions == 0) {
                 ps.num_external_cached_tokens = num_external;
             }
             let stage = load_kv_async.then_some(KvFetchStage::WaitingToStart);
