@@ -20,7 +20,7 @@ usage: vllm-twin tune MODEL --gpu G [--gpus N] [--workload W|TRACE] [simulate's 
 Searches vLLM flags for the best objective at each config's max sustainable rate under the SLOs
 (docs/tune.md). --search axes: max-num-batched-tokens, max-num-seqs, max-num-active-seqs,
 long-prefill-token-threshold, kv-cache-dtype, gpu-memory-utilization, block-size,
-enable-prefix-caching (true,false), speculative (off,ngram), split (TPxDP or TPxDPxR, e.g.
+enable-prefix-caching (true,false), kv-offloading-size (GiB), speculative (off,ngram), split (TPxDP or TPxDPxR, e.g.
 1x4,2x2,1x1x4: R replicas behind --router); `default` leaves a flag at vLLM's default. At least
 one --slo-* is required.";
 

@@ -26,6 +26,7 @@ pub const AXIS_NAMES: &[&str] = &[
     "gpu-memory-utilization",
     "block-size",
     "enable-prefix-caching",
+    "kv-offloading-size",
     "speculative",
     "split",
 ];
@@ -41,6 +42,7 @@ fn axis_flags(name: &str) -> &'static [&'static str] {
         "gpu-memory-utilization" => &["--gpu-memory-utilization"],
         "block-size" => &["--block-size"],
         "enable-prefix-caching" => &["--enable-prefix-caching", "--no-enable-prefix-caching"],
+        "kv-offloading-size" => &["--kv-offloading-size"],
         "speculative" => &["--speculative-config"],
         "split" => &[
             "--tensor-parallel-size",
@@ -246,6 +248,26 @@ pub fn candidate_flags(axes: &[Axis], mut index: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_tier_is_a_searchable_axis() {
+        let axes = resolve_axes(
+            1,
+            &[parse_search("kv-offloading-size=default,16,64").unwrap()],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(grid_size(&axes), 128 * 3);
+        let a = axes
+            .iter()
+            .find(|a| a.name == "kv-offloading-size")
+            .unwrap();
+        assert!(value_flags(&a.name, &a.values[0]).is_empty());
+        assert_eq!(
+            value_flags(&a.name, &a.values[2]),
+            ["--kv-offloading-size", "64"]
+        );
+    }
 
     #[test]
     fn default_grid_has_128_points_per_split_and_a_split_axis_for_several_gpus() {
