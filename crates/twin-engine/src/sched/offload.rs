@@ -11,9 +11,11 @@
 //! [`OffloadingConnector::request_finished`] when a request is freed and
 //! [`OffloadingConnector::update_connector_output`] with the worker's completions.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use crate::kv_cache::hashing::BlockHash;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::kv_cache::hashing::{BlockHash, BuildBlockHashHasher};
 use crate::kv_cache::offload::{CpuOffloadManager, Lookup, OffloadKey, RequestCacheAccess};
 use crate::request::{Request, RequestStatus};
 use crate::sched::output::SchedulerOutput;
@@ -136,17 +138,17 @@ struct RequestOffloadState {
 pub struct OffloadingConnector {
     block_size: usize,
     manager: CpuOffloadManager,
-    states: HashMap<ReqHandle, RequestOffloadState>,
-    jobs: HashMap<u64, JobStatus>,
+    states: FxHashMap<ReqHandle, RequestOffloadState>,
+    jobs: FxHashMap<u64, JobStatus>,
     next_job_id: u64,
     /// Keys of loads in flight: another request hitting them waits. vLLM:
     /// `_chunks_being_loaded`.
-    chunks_being_loaded: HashSet<OffloadKey>,
+    chunks_being_loaded: HashSet<OffloadKey, BuildBlockHashHasher>,
     /// Stores of finished requests still reading these GPU blocks. vLLM:
     /// `_block_id_to_pending_jobs`.
-    block_to_pending_jobs: HashMap<u32, Vec<u64>>,
+    block_to_pending_jobs: FxHashMap<u32, Vec<u64>>,
     /// Blocks handed out this step. vLLM: `_current_batch_allocated_block_ids`.
-    allocated_block_ids: HashSet<u32>,
+    allocated_block_ids: FxHashSet<u32>,
     /// Loads planned this step (before `build_meta` moves them out).
     current_load_jobs: Vec<OffloadJob>,
     counters: OffloadCounters,
@@ -163,12 +165,12 @@ impl OffloadingConnector {
         OffloadingConnector {
             block_size,
             manager: CpuOffloadManager::new(num_cpu_blocks),
-            states: HashMap::new(),
-            jobs: HashMap::new(),
+            states: FxHashMap::default(),
+            jobs: FxHashMap::default(),
             next_job_id: 0,
-            chunks_being_loaded: HashSet::new(),
-            block_to_pending_jobs: HashMap::new(),
-            allocated_block_ids: HashSet::new(),
+            chunks_being_loaded: HashSet::default(),
+            block_to_pending_jobs: FxHashMap::default(),
+            allocated_block_ids: FxHashSet::default(),
             current_load_jobs: Vec::new(),
             counters: OffloadCounters::default(),
             stats: KvOffloadStats::default(),
@@ -389,10 +391,6 @@ impl OffloadingConnector {
         for e in &out.scheduled {
             let r = requests.req(e.handle);
             let num_after = e.num_computed_tokens + e.num_scheduled_tokens;
-            self.states
-                .entry(e.handle)
-                .or_default()
-                .scheduled_since_lookup = true;
             self.plan_store(e.handle, StoreSource::Live(r), num_after, meta, &mut flush);
         }
         for &h in &out.finished_req_ids {
@@ -427,6 +425,9 @@ impl OffloadingConnector {
     ) {
         let bs = self.block_size;
         let st = self.states.entry(h).or_default();
+        if matches!(src, StoreSource::Live(_)) {
+            st.scheduled_since_lookup = true;
+        }
         let (keys, block_ids, num_offloadable, finished): (&[BlockHash], &[u32], usize, bool) =
             match (&src, &st.finished) {
                 (StoreSource::Live(r), _) => (

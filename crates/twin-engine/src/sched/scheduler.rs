@@ -168,6 +168,9 @@ pub struct Scheduler {
     skipped_holding: Vec<ReqHandle>,
     new_holding: Vec<ReqHandle>,
     stopped: Vec<ReqHandle>,
+    /// Of those, the ones that were not running (preempted with output in flight): still in
+    /// `waiting`.
+    stopped_waiting: Vec<ReqHandle>,
     deferred: Vec<bool>,
 }
 
@@ -230,6 +233,7 @@ impl Scheduler {
             skipped_holding: Vec::new(),
             new_holding: Vec::new(),
             stopped: Vec::new(),
+            stopped_waiting: Vec::new(),
             deferred: Vec::new(),
         })
     }
@@ -1305,6 +1309,7 @@ impl Scheduler {
         }
         let mut spec_stats: Option<SpecDecodingStats> = None;
         self.stopped.clear();
+        self.stopped_waiting.clear();
         if self.coasting.is_on() {
             self.coasting.on_batch_applied(so.sched_step, outputs);
         }
@@ -1338,7 +1343,9 @@ impl Scheduler {
                 }
             }
             self.running.truncate(kept);
-            for &h in &self.stopped {
+            // Only these can still be queued: scanning the waiting queue for every stopped
+            // request made overloaded runs quadratic in the queue.
+            for &h in &self.stopped_waiting {
                 self.waiting.remove_handle(h);
             }
         }
@@ -1458,6 +1465,9 @@ impl Scheduler {
         outputs.outputs.push(out);
         if stopped {
             self.stopped.push(h);
+            if status_before != RequestStatus::Running {
+                self.stopped_waiting.push(h);
+            }
             self.free_request(h);
         }
     }
