@@ -22,16 +22,7 @@ vLLM:
 Usage (the venv the oracle README describes):
     $HOME/vllm034-venv/bin/python scripts/oracle_offload.py SCENARIO.json... --out-dir DIR
 """
-import inspect
-import os
-import sys
-
-ORACLE_DIR = os.environ.get(
-    "TWIN_ORACLE_DIR",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "oracle"),
-)
-sys.path.insert(0, ORACLE_DIR)
-import vllm_sched_oracle as o  # noqa: E402
+from oracle_patch import ALLOW_KV_HOLDING, harness as o, patched
 
 BYTES_PER_BLOCK = 4096
 
@@ -56,29 +47,20 @@ def make_configs(eng, *args, **kwargs):
 
 def patched_build_scheduler():
     """The harness's build_scheduler with a KV cache tensor (the offloading spec sizes its CPU
-    blocks from the bytes per GPU block)."""
-    src = inspect.getsource(o.build_scheduler)
-    old = "kv_cache_tensors=[]"
-    if old not in src:
-        raise SystemExit("oracle_offload: the harness's build_scheduler changed; update the patch")
-    src = src.replace(
-        old,
-        "kv_cache_tensors=[KVCacheTensor(size=num_blocks * %d, "
-        "layers=['model.layers.0.self_attn.attn'], layer_stride=num_blocks * %d, "
-        "block_stride=%d)]" % (BYTES_PER_BLOCK, BYTES_PER_BLOCK, BYTES_PER_BLOCK),
+    blocks from the bytes per GPU block), hashing blocks as EngineCore does for a connector."""
+    tensor = ("kv_cache_tensors=[KVCacheTensor(size=num_blocks * %d, "
+              "layers=['model.layers.0.self_attn.attn'], layer_stride=num_blocks * %d, "
+              "block_stride=%d)]" % (BYTES_PER_BLOCK, BYTES_PER_BLOCK, BYTES_PER_BLOCK))
+    return patched(
+        o.build_scheduler,
+        [("kv_cache_tensors=[]", tensor),
+         ("from vllm.v1.kv_cache_interface import (",
+          "from vllm.v1.kv_cache_interface import (KVCacheTensor, "),
+         # EngineCore hashes blocks for a KV connector even with prefix caching off.
+         ("if vllm_config.cache_config.enable_prefix_caching:",
+          "if True:  # a KV connector is configured")],
+        who="oracle_offload",
     )
-    src = src.replace(
-        "from vllm.v1.kv_cache_interface import (",
-        "from vllm.v1.kv_cache_interface import (KVCacheTensor, ",
-    )
-    # EngineCore hashes blocks for a KV connector even with prefix caching off.
-    old_hasher = "if vllm_config.cache_config.enable_prefix_caching:"
-    if old_hasher not in src:
-        raise SystemExit("oracle_offload: the harness's build_scheduler changed; update the patch")
-    src = src.replace(old_hasher, "if True:  # a KV connector is configured")
-    ns = dict(o.__dict__)
-    exec(compile(src, o.__file__, "exec"), ns)
-    return ns["build_scheduler"]
 
 
 class OffloadWorker(o.FakeWorker):
@@ -132,23 +114,15 @@ class OffloadWorker(o.FakeWorker):
 def patched_run():
     """The harness's run loop, with kv_holding_waiting allowed in the trace and the offloading
     worker."""
-    src = inspect.getsource(o.run)
-    old = 'assert len(q) == 0, f"{name} unexpectedly non-empty"'
-    if old not in src:
-        raise SystemExit("oracle_offload: the harness's run() changed; update the patch")
-    src = src.replace(old, "pass")
-    old_worker = "worker = FakeWorker(plan, num_spec, use_async)"
-    if old_worker not in src:
-        raise SystemExit("oracle_offload: the harness's run() changed; update the patch")
-    src = src.replace(
-        old_worker,
-        "worker = OffloadWorker(plan, num_spec, use_async, "
-        "int(eng.get('kv_offload_load_steps', 1)), int(eng.get('kv_offload_store_steps', 1)))",
+    return patched(
+        o.run,
+        [ALLOW_KV_HOLDING,
+         ("worker = FakeWorker(plan, num_spec, use_async)",
+          "worker = OffloadWorker(plan, num_spec, use_async, "
+          "int(eng.get('kv_offload_load_steps', 1)), int(eng.get('kv_offload_store_steps', 1)))")],
+        {"OffloadWorker": OffloadWorker},
+        who="oracle_offload",
     )
-    ns = dict(o.__dict__)
-    ns["OffloadWorker"] = OffloadWorker
-    exec(compile(src, o.__file__, "exec"), ns)
-    return ns["run"]
 
 
 def main():

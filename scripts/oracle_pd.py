@@ -21,16 +21,7 @@ KV connector. This wraps it for P/D disaggregation, changing nothing in vLLM:
 Usage (the venv the oracle README describes):
     $HOME/vllm034-venv/bin/python scripts/oracle_pd.py SCENARIO.json... --out-dir DIR
 """
-import inspect
-import os
-import sys
-
-ORACLE_DIR = os.environ.get(
-    "TWIN_ORACLE_DIR",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "oracle"),
-)
-sys.path.insert(0, ORACLE_DIR)
-import vllm_sched_oracle as o  # noqa: E402
+from oracle_patch import ALLOW_KV_HOLDING, harness as o, patched
 
 PD_KEYS = ("kv_transfer", "kv_load_steps", "kv_send_steps")
 ROLES = ("load_from_remote", "send_to_remote")
@@ -138,17 +129,14 @@ class PdWorker(o.FakeWorker):
 
 def patched_run():
     """The harness's run loop, with kv_holding_waiting allowed in the trace."""
-    src = inspect.getsource(o.run)
-    old = 'assert len(q) == 0, f"{name} unexpectedly non-empty"'
-    if old not in src:
-        raise SystemExit("oracle_pd: the harness's run() changed; update the patch")
-    src = src.replace(old, "pass")
-    src = src.replace("worker = FakeWorker(plan, num_spec, use_async)",
-                      "worker = PdWorker(plan, num_spec, use_async)")
-    ns = dict(o.__dict__)
-    ns["PdWorker"] = PdWorker
-    exec(compile(src, o.__file__, "exec"), ns)
-    return ns["run"]
+    return patched(
+        o.run,
+        [ALLOW_KV_HOLDING,
+         ("worker = FakeWorker(plan, num_spec, use_async)",
+          "worker = PdWorker(plan, num_spec, use_async)")],
+        {"PdWorker": PdWorker},
+        who="oracle_pd",
+    )
 
 
 def main():

@@ -36,10 +36,10 @@ fn check_set(set: &str) -> (usize, Vec<String>) {
     (names.len(), failures)
 }
 
-#[test]
-fn public_oracle_scenarios_are_step_identical() {
-    let (n, failures) = check_set("");
-    assert_eq!(n, 52, "expected the 52 public scenarios");
+/// Every scenario of `set` (all `expected` of them) reproduces its oracle trace.
+fn assert_set_identical(set: &str, expected: usize) {
+    let (n, failures) = check_set(set);
+    assert_eq!(n, expected, "expected {expected} scenarios in {set:?}");
     assert!(
         failures.is_empty(),
         "{} of {n} differ:\n{}",
@@ -48,19 +48,17 @@ fn public_oracle_scenarios_are_step_identical() {
     );
 }
 
+#[test]
+fn public_oracle_scenarios_are_step_identical() {
+    assert_set_identical("", 52);
+}
+
 /// P/D: vLLM's scheduler with its NIXL connector (`scripts/oracle_pd.py` made the traces):
 /// remote-prefill loads parked in `kv_holding_waiting`, senders' blocks held until read,
 /// aborted loads, deferred block frees under async scheduling.
 #[test]
 fn pd_oracle_scenarios_are_step_identical() {
-    let (n, failures) = check_set("pd");
-    assert_eq!(n, 7, "expected the 7 P/D scenarios");
-    assert!(
-        failures.is_empty(),
-        "{} of {n} differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_set_identical("pd", 7);
 }
 
 /// CPU KV offloading: vLLM's scheduler with its OffloadingConnector
@@ -69,14 +67,7 @@ fn pd_oracle_scenarios_are_step_identical() {
 /// loaded, flushes at preemption, a CPU tier too small for whole stores, sync and async.
 #[test]
 fn offload_oracle_scenarios_are_step_identical() {
-    let (n, failures) = check_set("offload");
-    assert_eq!(n, 7, "expected the 7 offloading scenarios");
-    assert!(
-        failures.is_empty(),
-        "{} of {n} differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_set_identical("offload", 7);
 }
 
 /// The offloading traces depend on the CPU tier: without it the twin's steps differ.
