@@ -64,10 +64,11 @@ fn pd_oracle_scenarios_are_step_identical() {
 /// CPU KV offloading: vLLM's scheduler with its OffloadingConnector
 /// (`scripts/oracle_offload.py` made the traces): stores of computed prompt blocks, loads
 /// parked in `kv_holding_waiting`, lookups deferred while a hit block is still being stored or
-/// loaded, flushes at preemption, a CPU tier too small for whole stores, sync and async.
+/// loaded, flushes at preemption, a CPU tier too small for whole stores, two loads in one pass
+/// under a reservation, prefix caching off, sync and async.
 #[test]
 fn offload_oracle_scenarios_are_step_identical() {
-    assert_set_identical("offload", 7);
+    assert_set_identical("offload", 8);
 }
 
 /// The offloading traces depend on the CPU tier: without it the twin's steps differ.

@@ -2,6 +2,7 @@
 //! budgets, progress (no livelock) and determinism.
 
 use proptest::prelude::*;
+use twin_engine::sched::offload::OffloadWorker;
 use twin_engine::synthetic::SyntheticModelRunner;
 use twin_engine::{
     EngineCore, NewRequest, ReqHandle, SamplingParams, SchedulerConfig, SchedulingPolicy,
@@ -32,6 +33,7 @@ fn config_strategy() -> impl Strategy<Value = SchedulerConfig> {
         any::<(bool, bool, bool, bool, bool)>(),
         (0usize..4, 0usize..3, 1usize..4, 0usize..5),
         (0u32..3, 0usize..200, 1.0f64..3.0),
+        prop::option::weighted(0.3, 0usize..48),
     )
         .prop_map(
             |(
@@ -41,6 +43,7 @@ fn config_strategy() -> impl Strategy<Value = SchedulerConfig> {
                 (caching, chunked, priority, async_, reserve),
                 (k, wm, interval, window),
                 (active, thr, pool_x),
+                offload,
             )| {
                 let min_blocks = mml.div_ceil(bs) + 1;
                 let num_gpu_blocks = ((min_blocks as f64) * pool_x) as usize;
@@ -82,6 +85,9 @@ fn config_strategy() -> impl Strategy<Value = SchedulerConfig> {
                     cache_aware_admission_threshold: 0.3,
                     num_speculative_tokens: k,
                     async_scheduling: async_,
+                    // CPU KV offloading: the connector runs as `kv_both`.
+                    kv_consumer: offload.is_some(),
+                    kv_offload_cpu_blocks: offload,
                     ..SchedulerConfig::default()
                 }
             },
@@ -133,6 +139,10 @@ fn run(w: &Workload) -> Vec<(usize, u64, Vec<u32>, Option<&'static str>)> {
     let mut core = EngineCore::new(w.config.clone()).expect("valid config");
     let mut runner = SyntheticModelRunner::new(7, 32_000);
     runner.acceptance_per_position = vec![0.7, 0.5, 0.3];
+    if w.config.kv_offload_cpu_blocks.is_some() {
+        // Copies of a few tenths of a step a block: loads and stores span steps.
+        runner.offload_worker = Some(OffloadWorker::new(0.3, 0.2, 0.1, 4096, 1));
+    }
     let mut handles: Vec<Option<ReqHandle>> = vec![None; w.requests.len()];
     let mut events = Vec::new();
     let mut finished = 0usize;
@@ -177,10 +187,15 @@ fn run(w: &Workload) -> Vec<(usize, u64, Vec<u32>, Option<&'static str>)> {
         if !core.has_work() && step > last_arrival {
             break;
         }
+        runner.now_s = step as f64;
         let report = core.step(&mut runner, step as f64, |sched, so| {
             assert!(so.total_num_scheduled_tokens <= budget, "budget exceeded");
             assert!(sched.running().len() <= max_seqs, "running > max_num_seqs");
         });
+        if let Some(w) = &mut runner.offload_worker {
+            // The step's forward takes half a step.
+            w.forward_ended(step as f64 + 0.5);
+        }
         core.scheduler().assert_invariants();
         let outputs = if report.updated_step.is_some() {
             &core.outputs().outputs[..]

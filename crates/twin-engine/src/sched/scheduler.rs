@@ -476,9 +476,13 @@ impl Scheduler {
             .map(|&h| self.requests.req(h))
             .filter(|r| r.num_computed_tokens < r.num_tokens().saturating_sub(1))
             .map(remaining);
+        // Every parked load counts from the moment it parks (vLLM: `_reserve_parked`), also
+        // while this pass has it aside (skipped) or just parked it.
         let parked = self
             .kv_holding
             .iter()
+            .chain(self.skipped_holding.iter().copied())
+            .chain(self.new_holding.iter().copied())
             .map(|h| self.requests.req(h))
             .map(remaining);
         running.chain(parked).sum()
