@@ -321,12 +321,16 @@ impl MetricsRecorder {
         if count == 0 {
             return;
         }
-        let Some(i) = self.slot[id as usize] else {
-            return;
-        };
-        let fam = &mut self.families[i];
+        if let Some(i) = self.slot[id as usize] {
+            self.observe_at(i, epos, amount, count);
+        }
+    }
+
+    /// `count` observations of `amount` on series `idx` of family position `fam`.
+    fn observe_at(&mut self, fam: usize, idx: usize, amount: f64, count: u64) {
+        let fam = &mut self.families[fam];
         let bounds = &fam.bounds;
-        if let Some(s) = fam.series.get_mut(epos) {
+        if let Some(s) = fam.series.get_mut(idx) {
             if let Value::Histogram { counts, sum, .. } = &mut s.value {
                 let mut acc = *sum;
                 for _ in 0..count {
@@ -349,6 +353,17 @@ impl MetricsRecorder {
         epos: usize,
         extra: &[(String, String)],
     ) -> Option<&mut Value> {
+        let (i, idx) = self.first_use_index(id, epos, extra)?;
+        Some(&mut self.families[i].series[idx].value)
+    }
+
+    /// (family position, series index) of [`Self::first_use_series`]'s child.
+    fn first_use_index(
+        &mut self,
+        id: FamilyId,
+        epos: usize,
+        extra: &[(String, String)],
+    ) -> Option<(usize, usize)> {
         let i = self.slot[id as usize]?;
         let engine = self.engines[epos].to_string();
         let fam = &self.families[i];
@@ -372,20 +387,7 @@ impl MetricsRecorder {
                 fam.series.len() - 1
             }
         };
-        Some(&mut self.families[i].series[idx].value)
-    }
-
-    fn first_use_observe(&mut self, id: FamilyId, epos: usize, amount: f64) {
-        let Some(i) = self.slot[id as usize] else {
-            return;
-        };
-        let bounds = self.families[i].bounds.clone();
-        if let Some(Value::Histogram { counts, sum, .. }) = self.first_use_series(id, epos, &[]) {
-            *sum += amount;
-            if let Some(b) = bounds.iter().position(|le| amount <= *le) {
-                counts[b] += 1.0;
-            }
-        }
+        Some((i, idx))
     }
 
     /// The offloading connector's payload: its config facts, then each series; transfer
@@ -467,26 +469,17 @@ impl MetricsRecorder {
                 }
                 ConnectorValue::Histogram(xs) => {
                     // The child exists once used, even for an empty list.
-                    let _ = self.first_use_series(id, e, &[]);
+                    let Some((i, idx)) = self.first_use_index(id, e, &[]) else {
+                        continue;
+                    };
+                    let dep = deprecated.and_then(|(dep, t)| {
+                        let di = self.slot[dep as usize]?;
+                        Some((di, self.series_index(&self.families[di], t, e)))
+                    });
                     for &x in xs {
-                        self.first_use_observe(id, e, x);
-                        if let Some((dep, t)) = deprecated {
-                            let Some(i) = self.slot[dep as usize] else {
-                                continue;
-                            };
-                            let idx = self.series_index(&self.families[i], t, e);
-                            let fam = &mut self.families[i];
-                            let bounds = &fam.bounds;
-                            if let Some(SeriesState {
-                                value: Value::Histogram { counts, sum, .. },
-                                ..
-                            }) = fam.series.get_mut(idx)
-                            {
-                                *sum += x;
-                                if let Some(b) = bounds.iter().position(|le| x <= *le) {
-                                    counts[b] += 1.0;
-                                }
-                            }
+                        self.observe_at(i, idx, x, 1);
+                        if let Some((di, didx)) = dep {
+                            self.observe_at(di, didx, x, 1);
                         }
                     }
                 }

@@ -88,15 +88,6 @@ impl CpuOffloadManager {
         }
     }
 
-    pub fn num_slots(&self) -> usize {
-        self.num_slots
-    }
-
-    /// Chunks held (ready, being stored or being loaded).
-    pub fn num_chunks(&self) -> usize {
-        self.chunks.len()
-    }
-
     /// vLLM: `CPUOffloadingManager.lookup` (no recency effect).
     pub fn lookup(&self, key: OffloadKey) -> Lookup {
         match self.chunks.get(&key) {

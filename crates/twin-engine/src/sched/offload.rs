@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::kv_cache::hashing::{BlockHash, BuildBlockHashHasher};
 use crate::kv_cache::offload::{CpuOffloadManager, Lookup, OffloadKey, RequestCacheAccess};
 use crate::request::{Request, RequestStatus};
-use crate::sched::output::SchedulerOutput;
+use crate::sched::output::{ScheduledKind, SchedulerOutput};
 use crate::sched::{ReqHandle, RequestSlab};
 
 /// One transfer the worker runs. vLLM: a `TransferJob` of `OffloadingConnectorMetadata`.
@@ -47,10 +47,6 @@ impl OffloadMeta {
         self.store_jobs.clear();
         self.jobs_to_flush.clear();
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.load_jobs.is_empty() && self.store_jobs.is_empty() && self.jobs_to_flush.is_empty()
-    }
 }
 
 /// One finished copy as the worker reports it (vLLM: `TransferStats`, sent in the worker's
@@ -69,7 +65,6 @@ pub struct KvTransferStat {
 pub struct KvOffloadStats {
     /// The first stats of the run carry the tier's configuration (`vllm:kv_offload_config_info`).
     pub config_info: bool,
-    pub num_cpu_blocks: usize,
     /// Lookups since the last stats (each one `vllm:kv_offload_lookup_sync_delay_seconds`).
     pub num_lookups: u64,
     /// Seconds from a request's first deferred lookup to the lookup that resolved it (or its
@@ -82,16 +77,6 @@ pub struct KvOffloadStats {
     /// Shares of the tier's slots pinned by transfers, and by stores.
     pub pinned_usage: f64,
     pub write_usage: f64,
-}
-
-/// Counters the connector adds to vLLM's offloading metrics (`OffloadingConnectorStats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct OffloadCounters {
-    /// `vllm:kv_offload_allocation_failure`.
-    pub allocation_failures: u64,
-    /// Blocks loaded / stored by completed jobs (bytes = blocks × bytes per block).
-    pub blocks_loaded: u64,
-    pub blocks_stored: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -151,7 +136,6 @@ pub struct OffloadingConnector {
     allocated_block_ids: FxHashSet<u32>,
     /// Loads planned this step (before `build_meta` moves them out).
     current_load_jobs: Vec<OffloadJob>,
-    counters: OffloadCounters,
     /// Accumulated since the last [`Self::take_stats`].
     stats: KvOffloadStats,
     info_sent: bool,
@@ -172,20 +156,11 @@ impl OffloadingConnector {
             block_to_pending_jobs: FxHashMap::default(),
             allocated_block_ids: FxHashSet::default(),
             current_load_jobs: Vec::new(),
-            counters: OffloadCounters::default(),
             stats: KvOffloadStats::default(),
             info_sent: false,
             keyed: Vec::new(),
             to_store: Vec::new(),
         }
-    }
-
-    pub fn manager(&self) -> &CpuOffloadManager {
-        &self.manager
-    }
-
-    pub fn counters(&self) -> OffloadCounters {
-        self.counters
     }
 
     /// Transfers planned and not yet reported done: the engine keeps stepping.
@@ -274,13 +249,13 @@ impl OffloadingConnector {
     }
 
     /// After `allocate_slots` admitted `h` (its blocks in `r.block_ids`): note the blocks, and
-    /// with `num_external > 0` pin the hit chunks and plan their load. Returns the blocks to
-    /// load. vLLM: `OffloadingConnectorScheduler.update_state_after_alloc`.
-    pub(crate) fn after_alloc(&mut self, h: ReqHandle, r: &Request, num_external: usize) -> usize {
+    /// with `num_external > 0` pin the hit chunks and plan their load.
+    /// vLLM: `OffloadingConnectorScheduler.update_state_after_alloc`.
+    pub(crate) fn after_alloc(&mut self, h: ReqHandle, r: &Request, num_external: usize) {
         self.allocated_block_ids
             .extend(r.block_ids.iter().copied().filter(|&b| b != 0));
         if num_external == 0 {
-            return 0;
+            return;
         }
         let bs = self.block_size;
         let st = self.states.entry(h).or_default();
@@ -313,13 +288,11 @@ impl OffloadingConnector {
                 source_block_ids: Vec::new(),
             },
         );
-        let num_blocks = num_chunks - load_start;
         self.current_load_jobs.push(OffloadJob {
             id,
             handle: h,
-            num_blocks,
+            num_blocks: num_chunks - load_start,
         });
-        num_blocks
     }
 
     /// A request is being freed (`_free_request` → `request_finished`): remember what its
@@ -365,15 +338,20 @@ impl OffloadingConnector {
         meta: &mut OffloadMeta,
     ) {
         meta.clear();
-        for e in &out.scheduled {
+        // Admitted requests' tables were noted by `after_alloc`; running ones add this step's
+        // new blocks.
+        for e in out
+            .scheduled
+            .iter()
+            .filter(|e| e.kind == ScheduledKind::Running)
+        {
             self.allocated_block_ids
                 .extend(out.blocks(e).iter().copied().filter(|&b| b != 0));
         }
         meta.load_jobs.append(&mut self.current_load_jobs);
-        let mut flush: Vec<u64> = Vec::new();
         for h in &out.preempted {
             if let Some(st) = self.states.get(h) {
-                flush.extend(
+                meta.jobs_to_flush.extend(
                     st.transfer_jobs
                         .iter()
                         .filter(|id| !meta.load_jobs.iter().any(|j| j.id == **id)),
@@ -383,7 +361,7 @@ impl OffloadingConnector {
         if !self.block_to_pending_jobs.is_empty() {
             for b in &self.allocated_block_ids {
                 if let Some(ids) = self.block_to_pending_jobs.get(b) {
-                    flush.extend(ids.iter().copied());
+                    meta.jobs_to_flush.extend(ids.iter().copied());
                 }
             }
         }
@@ -391,11 +369,11 @@ impl OffloadingConnector {
         for e in &out.scheduled {
             let r = requests.req(e.handle);
             let num_after = e.num_computed_tokens + e.num_scheduled_tokens;
-            self.plan_store(e.handle, StoreSource::Live(r), num_after, meta, &mut flush);
+            self.plan_store(e.handle, StoreSource::Live(r), num_after, meta);
         }
         for &h in &out.finished_req_ids {
             if self.states.get(&h).is_some_and(|s| s.finished.is_some()) {
-                self.plan_store(h, StoreSource::Finished, 0, meta, &mut flush);
+                self.plan_store(h, StoreSource::Finished, 0, meta);
             }
         }
         for &h in &out.finished_req_ids {
@@ -407,9 +385,8 @@ impl OffloadingConnector {
                 }
             }
         }
-        flush.sort_unstable();
-        flush.dedup();
-        meta.jobs_to_flush = flush;
+        meta.jobs_to_flush.sort_unstable();
+        meta.jobs_to_flush.dedup();
         self.allocated_block_ids.clear();
     }
 
@@ -421,7 +398,6 @@ impl OffloadingConnector {
         src: StoreSource<'_>,
         num_after_batch: usize,
         meta: &mut OffloadMeta,
-        flush: &mut Vec<u64>,
     ) {
         let bs = self.block_size;
         let st = self.states.entry(h).or_default();
@@ -466,7 +442,6 @@ impl OffloadingConnector {
             .prepare_store(&self.keyed, &mut st.access, &mut self.to_store)
         {
             // No room: retried next step with whatever is storable then.
-            self.counters.allocation_failures += 1;
             self.stats.allocation_failures += 1;
             return;
         }
@@ -486,7 +461,7 @@ impl OffloadingConnector {
             for &b in &source_block_ids {
                 self.block_to_pending_jobs.entry(b).or_default().push(id);
                 if self.allocated_block_ids.contains(&b) {
-                    flush.push(id);
+                    meta.jobs_to_flush.push(id);
                 }
             }
         }
@@ -523,10 +498,8 @@ impl OffloadingConnector {
             };
             if job.is_store {
                 self.manager.complete_store(&job.keys);
-                self.counters.blocks_stored += job.keys.len() as u64;
             } else {
                 self.manager.complete_load(&job.keys);
-                self.counters.blocks_loaded += job.keys.len() as u64;
                 for k in &job.keys {
                     self.chunks_being_loaded.remove(k);
                 }
@@ -558,7 +531,6 @@ impl OffloadingConnector {
     pub(crate) fn take_stats(&mut self) -> KvOffloadStats {
         let mut s = std::mem::take(&mut self.stats);
         s.config_info = !std::mem::replace(&mut self.info_sent, true);
-        s.num_cpu_blocks = self.manager.num_slots();
         self.manager.take_allocation_sizes(&mut s.allocation_sizes);
         s.pinned_usage = self.manager.pinned_usage();
         s.write_usage = self.manager.write_usage();
@@ -705,9 +677,5 @@ impl OffloadWorker {
     /// When the next copy finishes, if any is under way.
     pub fn next_done_s(&self) -> Option<f64> {
         self.in_flight.iter().map(|&(d, _, _)| d).reduce(f64::min)
-    }
-
-    pub fn is_busy(&self) -> bool {
-        !self.in_flight.is_empty() || !self.awaiting_forward.is_empty()
     }
 }
