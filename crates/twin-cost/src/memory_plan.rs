@@ -53,6 +53,9 @@ pub enum MaxModelLen {
 pub struct ServeConfig {
     pub tensor_parallel_size: u32,
     pub pipeline_parallel_size: u32,
+    /// `--data-parallel-size`: engines of one `vllm serve`. It changes one engine's GPU only
+    /// for an MoE model, whose experts are sharded over all `dp × tp` GPUs.
+    pub data_parallel_size: u32,
     pub enable_expert_parallel: bool,
     pub max_model_len: MaxModelLen,
     pub gpu_memory_utilization: Option<f64>,
@@ -90,6 +93,7 @@ impl Default for ServeConfig {
         ServeConfig {
             tensor_parallel_size: 1,
             pipeline_parallel_size: 1,
+            data_parallel_size: 1,
             enable_expert_parallel: false,
             max_model_len: MaxModelLen::Derived,
             gpu_memory_utilization: None,
@@ -248,6 +252,11 @@ const CONSERVING_MEMORY_URL: &str =
 pub struct ResolvedServeConfig {
     pub tensor_parallel_size: u32,
     pub pipeline_parallel_size: u32,
+    /// GPUs an MoE layer's experts are sharded over: `tp × dp` for an MoE model, `tp`
+    /// otherwise (vLLM: `FusedMoEParallelConfig.make`, `flatten_tp_across_dp_and_pcp`).
+    pub moe_shard_ranks: u32,
+    /// `--data-parallel-size`.
+    pub data_parallel_size: u32,
     pub max_model_len: u64,
     pub auto_fit_max_model_len: bool,
     pub block_size: u32,
@@ -293,6 +302,12 @@ impl ServeConfig {
         if tp == 0 {
             return Err(CostError::InvalidConfig {
                 field: "tensor_parallel_size",
+                reason: "must be >= 1".into(),
+            });
+        }
+        if self.data_parallel_size == 0 {
+            return Err(CostError::InvalidConfig {
+                field: "data_parallel_size",
                 reason: "must be >= 1".into(),
             });
         }
@@ -538,6 +553,12 @@ impl ServeConfig {
         Ok(ResolvedServeConfig {
             tensor_parallel_size: tp,
             pipeline_parallel_size: pp,
+            moe_shard_ranks: if model.moe.is_some() {
+                tp * self.data_parallel_size
+            } else {
+                tp
+            },
+            data_parallel_size: self.data_parallel_size,
             max_model_len,
             auto_fit_max_model_len: auto_fit,
             block_size,
@@ -597,10 +618,12 @@ pub fn kv_bytes_per_token_layer(model: &ModelSpec, tp: u32, dtype: KvCacheDtype)
     }
 }
 
-/// Weight bytes held by one TP rank for `layers` decoder layers (with the formats given).
+/// Weight bytes held by one TP rank for `layers` decoder layers (with the formats given);
+/// routed experts are sharded over `moe_ranks` GPUs (`tp`, or `tp × dp` for DP engines).
 pub(crate) fn layer_weight_bytes_per_rank(
     model: &ModelSpec,
     tp: u32,
+    moe_ranks: u32,
     layer: u32,
     wf: WeightFormat,
     ef: WeightFormat,
@@ -627,7 +650,8 @@ pub(crate) fn layer_weight_bytes_per_rank(
     };
     let mlp = if model.is_moe_layer(layer) {
         let m = model.moe.expect("moe layer");
-        let experts = (m.num_experts * model.expert_params()) as f64 / t * ef.bytes_per_param();
+        let experts = (m.num_experts * model.expert_params()) as f64 / f64::from(moe_ranks.max(1))
+            * ef.bytes_per_param();
         let shared =
             (m.num_shared_experts * 3 * model.hidden_size * m.shared_expert_intermediate_size)
                 as f64
@@ -698,7 +722,14 @@ pub(crate) fn drafter_footprint(model: &ModelSpec, cfg: &ResolvedServeConfig) ->
         // MTP: one target-shaped (MoE) layer + eh_proj(2h->h), shares embedding/head.
         SpecMethod::Mtp => {
             let last = model.num_layers.saturating_sub(1);
-            let layer = layer_weight_bytes_per_rank(model, tp, last, wf, cfg.expert_weight_format);
+            let layer = layer_weight_bytes_per_rank(
+                model,
+                tp,
+                cfg.moe_shard_ranks,
+                last,
+                wf,
+                cfg.expert_weight_format,
+            );
             (1, layer + 2.0 * h * h / t * 2.0)
         }
         SpecMethod::DraftModel => {
@@ -715,8 +746,14 @@ pub(crate) fn drafter_footprint(model: &ModelSpec, cfg: &ResolvedServeConfig) ->
                 * 2.0
                 / f64::from(dtp);
             for l in 0..d.num_layers {
-                bytes +=
-                    layer_weight_bytes_per_rank(d, dtp, l, d.weight_format, d.expert_weight_format);
+                bytes += layer_weight_bytes_per_rank(
+                    d,
+                    dtp,
+                    dtp,
+                    l,
+                    d.weight_format,
+                    d.expert_weight_format,
+                );
             }
             // Express the draft's KV as layers of the target's page size.
             let target = kv_bytes_per_token_layer(model, tp, cfg.kv_cache_dtype).max(1);
@@ -1033,7 +1070,14 @@ pub fn plan_memory(
         let mut weights: f64 = layers
             .clone()
             .map(|l| {
-                layer_weight_bytes_per_rank(model, tp, l, rc.weight_format, rc.expert_weight_format)
+                layer_weight_bytes_per_rank(
+                    model,
+                    tp,
+                    rc.moe_shard_ranks,
+                    l,
+                    rc.weight_format,
+                    rc.expert_weight_format,
+                )
             })
             .sum();
         let vocab_shard = model.embedding_params() as f64 / f64::from(tp) * 2.0;

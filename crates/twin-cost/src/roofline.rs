@@ -352,6 +352,9 @@ pub struct StepBreakdown {
     pub sampler_s: f64,
     /// Tensor-parallel all-reduces (2 per layer) + logits gather.
     pub tp_allreduce_s: f64,
+    /// An MoE layer's dispatch (all-gather) and combine (reduce-scatter) across
+    /// data-parallel engines.
+    pub dp_dispatch_s: f64,
     /// Pipeline-parallel activation sends between stages.
     pub pp_p2p_s: f64,
     /// Latency of the step that other in-flight micro-batches can overlap (PP > 1).
@@ -423,6 +426,17 @@ struct DraftConsts {
     lm_head_flops_per_row: f64,
 }
 
+/// What one step of an MoE model's data-parallel engines runs, which every engine's forward
+/// shares (vLLM: `coordinate_batch_across_dp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DpTokens {
+    /// Tokens this engine runs through its dense layers: its own, padded to the largest
+    /// engine's when every engine's batch fits a CUDA graph (a dummy batch: 1, padded).
+    pub local_run: u64,
+    /// Tokens every MoE layer computes: the sum of every engine's `local_run`.
+    pub across_dp: u64,
+}
+
 /// Precomputed per-(model, GPU, config) constants; `step_time_s` is pure arithmetic on them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostModel {
@@ -445,8 +459,8 @@ pub struct CostModel {
     num_experts: f64,
     experts_per_token: f64,
     ln_one_minus_k_over_e: f64,
-    /// `--enable-expert-parallel`: ranks the experts are dealt over whole (1: TP slices them).
-    /// The EP group is the engine's TP group (DP = 1; vLLM's is `tp · dp`).
+    /// `--enable-expert-parallel`: ranks the experts are dealt over whole (1: TP slices them),
+    /// vLLM's EP group: every GPU of every data-parallel engine (`tp · dp`).
     expert_parallel_ranks: f64,
     /// Expected maximum of `expert_parallel_ranks` standard normals: how far the busiest
     /// rank's load sits above the mean, in standard deviations.
@@ -476,6 +490,13 @@ pub struct CostModel {
     fixed_layers_s: f64,
     moe_overhead_s: f64,
     // comms
+    /// Data-parallel engines an MoE model's forward runs in lockstep with (1: none).
+    dp_size: u32,
+    /// One dispatch or combine collective's fixed latency across the DP group.
+    dp_collective_latency_s: f64,
+    dp_collective_bw: f64,
+    /// Bytes per token an MoE layer's dispatch gathers (hidden state + router logits, bf16).
+    dp_dispatch_bytes_per_token: f64,
     allreduce_bw: f64,
     act_bytes: f64,
     /// `--disable-custom-all-reduce` (FlashInfer's all-reduce stays on where it applies).
@@ -589,11 +610,13 @@ impl CostModel {
             dense_params * wf.bytes_per_param() + moe_layers * router_params * 2.0;
         let dense_params = dense_params + moe_layers * router_params;
 
+        // Experts are sharded over every GPU of every DP engine (`moe_shard_ranks`).
+        let moe_ranks = cfg.moe_shard_ranks.max(tp);
         let (num_experts, top_k, expert_params) = match model.moe {
             Some(m) => (
                 m.num_experts as f64,
                 m.experts_per_token as f64,
-                model.expert_params() as f64 / t,
+                model.expert_params() as f64 / f64::from(moe_ranks),
             ),
             None => (1.0, 0.0, 0.0),
         };
@@ -662,6 +685,12 @@ impl CostModel {
             };
 
         let kernels = layers * KERNELS_PER_DENSE_LAYER + moe_layers * EXTRA_KERNELS_PER_MOE_LAYER;
+        // vLLM runs an MoE model's DP engines as `DPEngineCoreProc`s, in lockstep.
+        let dp_lockstep = if model.moe.is_some() {
+            cfg.data_parallel_size.max(1)
+        } else {
+            1
+        };
         let parts = pp_partition(model.num_layers, pp);
         let max_stage = parts.iter().copied().max().unwrap_or(model.num_layers);
 
@@ -691,9 +720,13 @@ impl CostModel {
             num_experts,
             experts_per_token: top_k,
             ln_one_minus_k_over_e: ln_one_minus,
-            expert_parallel_ranks: if cfg.enable_expert_parallel { t } else { 1.0 },
+            expert_parallel_ranks: if cfg.enable_expert_parallel {
+                f64::from(moe_ranks)
+            } else {
+                1.0
+            },
             busiest_rank_z: expected_max_of_standard_normals(if cfg.enable_expert_parallel {
-                tp
+                moe_ranks
             } else {
                 1
             }),
@@ -724,6 +757,11 @@ impl CostModel {
             elementwise_bytes_per_token: elementwise,
             fixed_layers_s: kernels * KERNEL_LATENCY_FLOOR_S,
             moe_overhead_s: moe_layers * MOE_LAYER_OVERHEAD_S,
+            dp_size: dp_lockstep,
+            // `AgRsAll2AllManager`: `all_gatherv` / `reduce_scatterv` over the DP group (pynccl).
+            dp_collective_latency_s: allreduce_latency_s(gpu, dp_lockstep, AllReduceKernel::Nccl),
+            dp_collective_bw: gpu.group_link_bandwidth_bytes_per_s(moe_ranks) * LINK_EFFICIENCY,
+            dp_dispatch_bytes_per_token: (h + num_experts) * 2.0,
             allreduce_bw: gpu.group_link_bandwidth_bytes_per_s(tp) * LINK_EFFICIENCY,
             act_bytes: h * 2.0,
             custom_allreduce_disabled: cfg.disable_custom_all_reduce,
@@ -890,15 +928,44 @@ impl CostModel {
 
     /// Cost of the step `batch` describes.
     pub fn step_time_s(&self, batch: &BatchShape) -> StepCost {
+        self.batch_cost(batch, None)
+    }
+
+    /// Data-parallel engines this model's engines step in lockstep with: `--data-parallel-size`
+    /// for an MoE model (vLLM's `DPEngineCoreProc`), 1 otherwise.
+    pub fn dp_lockstep_size(&self) -> u32 {
+        self.dp_size
+    }
+
+    /// Cost of one engine's part of a lockstep DP step: its own batch (empty for a dummy
+    /// batch), dense layers over `dp.local_run` tokens, MoE layers over `dp.across_dp`, and
+    /// every MoE layer's dispatch and combine across the engines.
+    pub fn step_time_s_across_dp(&self, batch: &BatchShape, dp: DpTokens) -> StepCost {
+        self.batch_cost(batch, Some(dp))
+    }
+
+    /// Whether DP engines pad their batches to the largest one's `max_tokens`: when every
+    /// batch fits a CUDA graph (vLLM: `_synchronize_dp_ranks`, padding unless the synced
+    /// cudagraph mode is NONE).
+    pub fn dp_pads_to(&self, max_tokens: u64) -> bool {
+        !self.enforce_eager && max_tokens <= u64::from(self.max_capture)
+    }
+
+    fn batch_cost(&self, batch: &BatchShape, dp: Option<DpTokens>) -> StepCost {
         let group = batch.decode_group;
         if group.count == 0 {
-            return self.step_cost(batch.seqs());
+            return self.step_cost_with(
+                batch.seqs(),
+                self.single_token_attention_is_memory_bound(),
+                group,
+                dp,
+            );
         }
         assert!(
             self.costs_decode_groups(),
             "decode groups need the closed-form one-token attention"
         );
-        self.step_cost_with(batch.seqs(), true, group)
+        self.step_cost_with(batch.seqs(), true, group, dp)
     }
 
     /// Whether batches may carry a [`DecodeGroup`]: its closed form is exact here.
@@ -928,6 +995,7 @@ impl CostModel {
             seqs,
             self.single_token_attention_is_memory_bound(),
             DecodeGroup::default(),
+            None,
         )
     }
 
@@ -938,6 +1006,7 @@ impl CostModel {
         seqs: &[SeqChunk],
         single_token_memory_bound: bool,
         group: DecodeGroup,
+        dp: Option<DpTokens>,
     ) -> StepCost {
         let mut tokens: u64 = 0;
         let mut rows: u64 = 0;
@@ -1048,9 +1117,18 @@ impl CostModel {
         }
 
         let num_seqs = seqs.iter().filter(|s| s.new_tokens > 0).count() as u32 + group.count as u32;
-        if tokens == 0 {
+        if tokens == 0 && dp.is_none() {
             return self.idle_cost();
         }
+        // Under DP lockstep the dense layers run the padded batch and the MoE layers every
+        // engine's tokens (a dummy batch has none of its own).
+        let (tokens, moe_tokens) = match dp {
+            Some(d) => (
+                d.local_run.max(tokens).max(1),
+                d.across_dp.max(tokens).max(1),
+            ),
+            None => (tokens, tokens),
+        };
         let tf = tokens as f64;
         let rows_f = rows as f64;
 
@@ -1062,11 +1140,12 @@ impl CostModel {
 
         // MoE: expected distinct experts per layer under uniform routing.
         let (moe_s, touched, moe_flops, moe_bytes) = if self.moe_layers > 0.0 {
-            let touched = self.num_experts * (1.0 - (self.ln_one_minus_k_over_e * tf).exp());
-            let flops = 2.0 * self.experts_per_token * self.expert_params * tf * self.moe_layers;
+            let mf = moe_tokens as f64;
+            let touched = self.num_experts * (1.0 - (self.ln_one_minus_k_over_e * mf).exp());
+            let flops = 2.0 * self.experts_per_token * self.expert_params * mf * self.moe_layers;
             let bytes = touched * self.expert_bytes * self.moe_layers;
             let (busiest_flops, busiest_bytes) =
-                self.busiest_expert_rank(tf, touched, flops, bytes);
+                self.busiest_expert_rank(mf, touched, flops, bytes);
             let t = (busiest_flops / self.expert_peak_flops).max(busiest_bytes / self.expert_bw)
                 + self.moe_overhead_s;
             (t, touched, flops, bytes)
@@ -1112,6 +1191,16 @@ impl CostModel {
         } else {
             0.0
         };
+        // `AgRsAll2AllManager.dispatch` / `.combine`: every MoE layer gathers the other
+        // engines' tokens and scatters their results back.
+        let dp_dispatch_s = if self.dp_size > 1 {
+            let others = moe_tokens.saturating_sub(tokens) as f64;
+            2.0 * self.moe_layers
+                * (self.dp_collective_latency_s
+                    + others * self.dp_dispatch_bytes_per_token / self.dp_collective_bw)
+        } else {
+            0.0
+        };
         let pp_p2p_s = if self.pp > 1 {
             f64::from(self.pp - 1) * (P2P_LATENCY_S + tf * self.act_bytes / self.allreduce_bw)
         } else {
@@ -1119,7 +1208,8 @@ impl CostModel {
         };
 
         let fixed_gpu_s = self.fixed_layers_s + STEP_GPU_FIXED_S;
-        let layer_work = linear_s + moe_s + attn_s + elementwise_s + tp_s + self.fixed_layers_s;
+        let layer_work =
+            linear_s + moe_s + attn_s + elementwise_s + tp_s + dp_dispatch_s + self.fixed_layers_s;
 
         // Launch overhead by graph mode.
         let graph_mode = if self.enforce_eager {
@@ -1223,6 +1313,7 @@ impl CostModel {
                 lm_head_s,
                 sampler_s,
                 tp_allreduce_s: tp_s,
+                dp_dispatch_s,
                 pp_p2p_s,
                 pp_bubble_s,
                 fixed_gpu_s,
@@ -1396,8 +1487,8 @@ mod tests {
                     draft_tokens: 3,
                     emits_token: true,
                 });
-                let fast = c.step_cost_with(b.seqs(), true, DecodeGroup::default());
-                let each = c.step_cost_with(b.seqs(), false, DecodeGroup::default());
+                let fast = c.step_cost_with(b.seqs(), true, DecodeGroup::default(), None);
+                let each = c.step_cost_with(b.seqs(), false, DecodeGroup::default(), None);
                 let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
                 assert!(
                     close(fast.step_time_s, each.step_time_s)

@@ -616,3 +616,34 @@ fn every_catalog_model_plans_on_a_big_enough_node() {
         assert!(tp.is_some(), "{} does not fit on 8xB200", m.name);
     }
 }
+
+#[test]
+fn data_parallel_engines_shard_an_moe_models_experts() {
+    let dp = |n: u32, ep: bool| ServeConfig {
+        data_parallel_size: n,
+        enable_expert_parallel: ep,
+        ..ServeConfig::default()
+    };
+    // DeepSeek-V3 (671B in FP8) fits no single H200; eight DP engines hold an eighth of the
+    // routed experts each (vLLM's `--data-parallel-size 8 --enable-expert-parallel`).
+    let one = plan("deepseek-v3", "h200", dp(1, false));
+    assert!(one.is_err(), "one H200 cannot hold DeepSeek-V3");
+    let eight = plan("deepseek-v3", "h200", dp(8, true)).expect("DP8 + EP starts");
+    // ~656B routed-expert parameters / 8 + ~17B replicated: ~100 GB of FP8 per GPU.
+    let gb = eight.weights_bytes() as f64 / 1e9;
+    assert!((90.0..110.0).contains(&gb), "{gb} GB of weights per GPU");
+    assert!(eight.num_gpu_blocks > 0);
+    // Expert parallelism deals whole experts, tensor parallelism slices them: same bytes.
+    let sliced = plan("deepseek-v3", "h200", dp(8, false)).unwrap();
+    assert_eq!(sliced.weights_bytes(), eight.weights_bytes());
+    // gpt-oss-120b: two engines each hold half the experts, so each keeps more KV.
+    let g1 = plan("gpt-oss-120b", "h100", dp(1, false)).unwrap();
+    let g2 = plan("gpt-oss-120b", "h100", dp(2, false)).unwrap();
+    assert!(g2.weights_bytes() < g1.weights_bytes());
+    assert!(g2.num_gpu_blocks > 2 * g1.num_gpu_blocks);
+    // A dense model's DP engines are whole copies: DP changes nothing on one GPU.
+    let l1 = plan("llama-3.1-8b", "h100", dp(1, false)).unwrap();
+    let l2 = plan("llama-3.1-8b", "h100", dp(2, false)).unwrap();
+    assert_eq!(l1.num_gpu_blocks, l2.num_gpu_blocks);
+    assert!(plan("llama-3.1-8b", "h100", dp(0, false)).is_err());
+}

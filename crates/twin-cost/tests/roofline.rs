@@ -453,3 +453,67 @@ proptest! {
         prop_assert!(c.step_time_s(&more).step_time_s >= s.step_time_s * 0.999_999);
     }
 }
+
+#[test]
+fn data_parallel_moe_steps_share_the_moe_layers_and_pay_their_dispatch() {
+    let dp2 = cost(
+        "gpt-oss-20b",
+        "h100",
+        ServeConfig {
+            data_parallel_size: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(dp2.dp_lockstep_size(), 2);
+    let own = decode_batch(8, 1000);
+    let alone = dp2.step_time_s_across_dp(
+        &own,
+        DpTokens {
+            local_run: 8,
+            across_dp: 16,
+        },
+    );
+    let busy_peer = dp2.step_time_s_across_dp(
+        &own,
+        DpTokens {
+            local_run: 8,
+            across_dp: 1024,
+        },
+    );
+    // The MoE layers compute the other engine's tokens too, and gather them.
+    assert!(busy_peer.breakdown.moe_s > alone.breakdown.moe_s);
+    assert!(busy_peer.breakdown.dp_dispatch_s > alone.breakdown.dp_dispatch_s);
+    assert!(alone.breakdown.dp_dispatch_s > 0.0);
+    // Attention is this engine's own.
+    assert_eq!(busy_peer.breakdown.attention_s, alone.breakdown.attention_s);
+    // A dummy batch (no requests of its own) still runs every layer on its padded tokens.
+    let dummy = dp2.step_time_s_across_dp(
+        &BatchShape::new(),
+        DpTokens {
+            local_run: 8,
+            across_dp: 16,
+        },
+    );
+    assert!(dummy.step_time_s > 0.0 && dummy.breakdown.attention_s == 0.0);
+    assert!(dummy.step_time_s < alone.step_time_s);
+    assert_eq!(dummy.num_sampled_rows, 0);
+    // Padding to a CUDA graph only while every engine's batch fits one.
+    assert!(dp2.dp_pads_to(8) && !dp2.dp_pads_to(100_000));
+    // A dense model's DP engines are independent.
+    let dense = cost(
+        "llama-3.1-8b",
+        "h100",
+        ServeConfig {
+            data_parallel_size: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(dense.dp_lockstep_size(), 1);
+    // Half the experts per GPU: one engine's own batch streams fewer expert bytes.
+    let dp1 = cost("gpt-oss-20b", "h100", ServeConfig::default());
+    let b = decode_batch(64, 1000);
+    assert!(
+        dp2.step_time_s(&b).breakdown.moe_s < dp1.step_time_s(&b).breakdown.moe_s,
+        "experts sharded over both engines' GPUs"
+    );
+}

@@ -74,6 +74,16 @@ impl EngineCore {
         &self.scheduler
     }
 
+    /// See [`Scheduler::coordinate_prefill_cadence_across_dp`].
+    pub fn coordinate_prefill_cadence_across_dp(&mut self) {
+        self.scheduler.coordinate_prefill_cadence_across_dp();
+    }
+
+    /// See [`Scheduler::set_throttle_prefills`].
+    pub fn set_throttle_prefills(&mut self, throttle: bool) {
+        self.scheduler.set_throttle_prefills(throttle);
+    }
+
     /// The outputs of the last `step()` that applied a batch.
     pub fn outputs(&self) -> &EngineCoreOutputs {
         &self.outputs

@@ -4,13 +4,17 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use twin_cost::{BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod};
+use std::ops::Range;
+use twin_cost::{
+    BatchShape, CostModel, DpTokens, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod,
+    StepCost,
+};
 use twin_engine::sched::offload::OffloadWorker;
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
 
 use twin_engine::{
     EngineCore, KvTransfer, NewRequest, ReqHandle, SamplingParams, SchedulerConfig,
-    SchedulingPolicy,
+    SchedulingPolicy, StepReport,
 };
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
@@ -427,6 +431,13 @@ impl EngineSlot {
         }
     }
 
+    /// A dummy batch in a lockstep step at `t_s` (vLLM: `execute_dummy_batch`): its GPU is
+    /// busy for the step and its next batch starts after it.
+    fn run_dummy_batch(&mut self, t_s: f64, step_s: f64, gpu_s: f64) {
+        self.timeline.occupy_until(t_s + step_s);
+        self.busy_s += gpu_s;
+    }
+
     /// Wake the engine at `t_s` (a KV load landed, its blocks were read): it steps no
     /// earlier.
     pub(crate) fn wake_at(&mut self, t_s: f64) {
@@ -465,12 +476,41 @@ impl Ord for TimeKey {
 pub(crate) struct Engines {
     pub(crate) slots: Vec<EngineSlot>,
     next_step: BinaryHeap<Reverse<(TimeKey, usize, u32)>>,
+    /// Per engine, the lockstep group it belongs to (an MoE model's DP engines).
+    lockstep: Vec<Option<usize>>,
+    groups: Vec<LockstepGroup>,
+    /// Each lockstep engine's step this round (reused: no allocation per step).
+    planned: Vec<Option<PlannedStep>>,
 }
 
 impl Engines {
     pub(crate) fn push(&mut self, slot: EngineSlot) -> usize {
         self.slots.push(slot);
+        self.lockstep.push(None);
         self.slots.len() - 1
+    }
+
+    /// Engines `group` are one `vllm serve`'s DP engines of an MoE model: they step in
+    /// lockstep (vLLM: `DPEngineCoreProc`; a dense model's DP engines are independent).
+    pub(crate) fn lock_step_if_moe(&mut self, group: Range<usize>) {
+        if group.len() <= 1 || self.slots[group.start].cost.dp_lockstep_size() <= 1 {
+            return;
+        }
+        let prefill_schedule_interval = self.slots[group.start]
+            .core
+            .scheduler()
+            .config()
+            .prefill_schedule_interval as u64;
+        for e in group.clone() {
+            self.lockstep[e] = Some(self.groups.len());
+            self.slots[e].core.coordinate_prefill_cadence_across_dp();
+        }
+        self.groups.push(LockstepGroup {
+            engines: group,
+            step_counter: 0,
+            running: false,
+            prefill_schedule_interval,
+        });
     }
 
     /// Queue engine `e` at its clock if it has work (after anything that changed either).
@@ -493,6 +533,16 @@ impl Engines {
         }
         None
     }
+}
+
+/// An MoE model's DP engines, which step together (vLLM: `DPEngineCoreProc`).
+struct LockstepGroup {
+    engines: Range<usize>,
+    /// Steps since the wave began (vLLM: `step_counter`, shared by the engines).
+    step_counter: u64,
+    /// Some engine had work after the last step: the wave goes on.
+    running: bool,
+    prefill_schedule_interval: u64,
 }
 
 /// Where requests go and what else happens between steps: one replica's DP balancer for
@@ -558,6 +608,7 @@ pub fn run(
     for rank in 0..dp {
         engines.push(EngineSlot::new(cfg, startup, rank, cfg.seed)?);
     }
+    engines.lock_step_if_moe(0..dp);
     observer.on_replica_up(&ReplicaUp {
         replica: 0,
         pool: 0,
@@ -660,6 +711,11 @@ pub(crate) fn run_loop(
                 }
             }
             (_, Some((e, t))) => {
+                if let Some(group) = engines.lockstep[e] {
+                    in_flight_total -=
+                        step_lockstep(engines, group, t, dispatch, observer, workload);
+                    continue;
+                }
                 let slot = &mut engines.slots[e];
                 let finished = step_engine(slot, e, t, observer, workload);
                 in_flight_total -= finished;
@@ -839,6 +895,130 @@ pub(crate) fn pick_engine(engines: &[EngineSlot], ranks: std::ops::Range<usize>)
         .unwrap_or(first)
 }
 
+/// One lockstep step of an MoE model's data-parallel engines `group`, due at `t` (vLLM:
+/// `DPEngineCoreProc.run_busy_loop`): every engine with work steps; the rest run a dummy
+/// batch (`execute_dummy_batch`), since every MoE layer is a collective across the engines.
+/// All of them take the slowest engine's time. An engine due before the last step's GPUs
+/// are free waits for them (joining at the next step). Returns how many requests finished.
+fn step_lockstep(
+    engines: &mut Engines,
+    group_index: usize,
+    t: f64,
+    dispatch: &mut dyn Dispatch,
+    observer: &mut dyn Observer,
+    workload: &mut Workload,
+) -> usize {
+    let group = engines.groups[group_index].engines.clone();
+    let gpus_free_s = group
+        .clone()
+        .map(|e| engines.slots[e].timeline.gpu_free_s())
+        .fold(t, f64::max);
+    if t < gpus_free_s {
+        for e in group {
+            let slot = &mut engines.slots[e];
+            if slot.core.has_work() && slot.clock_s < gpus_free_s {
+                slot.clock_s = gpus_free_s;
+                engines.requeue(e);
+            }
+        }
+        return 0;
+    }
+    let g = &mut engines.groups[group_index];
+    if !g.running {
+        // A new wave (vLLM resets the counter when the engines pause).
+        g.step_counter = 0;
+    }
+    // `_should_throttle_prefills`: prefills only on cadence-aligned steps.
+    let throttle = g.prefill_schedule_interval > 1
+        && !g.step_counter.is_multiple_of(g.prefill_schedule_interval);
+    g.step_counter += 1;
+    let mut planned = std::mem::take(&mut engines.planned);
+    planned.clear();
+    // `coordinate_batch_across_dp`: each engine's tokens (a dummy batch runs one), padded to
+    // the largest when every engine's batch fits a CUDA graph.
+    let mut max_tokens = 0u64;
+    let mut sum_tokens = 0u64;
+    for e in group.clone() {
+        let slot = &mut engines.slots[e];
+        let steps = slot.core.has_work() && !slot.blocked && slot.clock_s <= t;
+        slot.core.set_throttle_prefills(throttle);
+        let p = steps.then(|| plan_step(slot, t, false));
+        let tokens = match &p {
+            Some(p) if p.runs_batch => slot.batch.total_tokens(),
+            _ => 1,
+        };
+        max_tokens = max_tokens.max(tokens);
+        sum_tokens += tokens;
+        planned.push(p);
+    }
+    let cost0 = &engines.slots[group.start].cost;
+    let pads = cost0.dp_pads_to(max_tokens);
+    let across_dp = if pads {
+        max_tokens * group.len() as u64
+    } else {
+        sum_tokens
+    };
+    let dummy = BatchShape::new();
+    let mut step_s = 0.0f64;
+    let mut gpu_s = 0.0f64;
+    for (i, e) in group.clone().enumerate() {
+        let slot = &engines.slots[e];
+        let runs = matches!(&planned[i], Some(p) if p.runs_batch);
+        let batch = if runs { &slot.batch } else { &dummy };
+        let own = if runs { batch.total_tokens() } else { 1 };
+        let c = slot.cost.step_time_s_across_dp(
+            batch,
+            DpTokens {
+                local_run: if pads { max_tokens } else { own },
+                across_dp,
+            },
+        );
+        step_s = step_s.max(c.step_time_s);
+        gpu_s = gpu_s.max(c.gpu_time_s);
+        if let Some(p) = planned[i].as_mut().filter(|p| p.runs_batch) {
+            p.cost = Some(c);
+        }
+    }
+    let mut finished_total = 0;
+    for (i, e) in group.clone().enumerate() {
+        let slot = &mut engines.slots[e];
+        match planned[i].take() {
+            Some(mut p) => {
+                if let Some(c) = &mut p.cost {
+                    // It waits for the slowest engine at every MoE layer.
+                    c.step_time_s = step_s;
+                    c.gpu_time_s = gpu_s;
+                    c.stage_time_s = step_s;
+                }
+                let ran = p.cost.is_some();
+                let finished = finish_step(slot, e, t, p, observer, workload);
+                finished_total += finished;
+                slot.num_in_system -= finished;
+                if !ran {
+                    slot.run_dummy_batch(t, step_s, gpu_s);
+                }
+                dispatch.after_step(e, slot, t);
+            }
+            None => slot.run_dummy_batch(t, step_s, gpu_s),
+        }
+        engines.requeue(e);
+    }
+    engines.planned = planned;
+    let running = group.clone().any(|e| engines.slots[e].core.has_work());
+    engines.groups[group_index].running = running;
+    finished_total
+}
+
+/// A step an engine scheduled (and whose earlier outputs it applied) before its GPU time is
+/// placed: a lockstep group prices every engine's batch together.
+pub(crate) struct PlannedStep {
+    report: StepReport,
+    sample: StepSample,
+    /// Its batch has tokens (its shape is in `EngineSlot::batch`).
+    runs_batch: bool,
+    cost: Option<StepCost>,
+}
+
 /// One engine step at `t`; returns how many requests finished.
 fn step_engine(
     slot: &mut EngineSlot,
@@ -847,15 +1027,26 @@ fn step_engine(
     observer: &mut dyn Observer,
     workload: &mut Workload,
 ) -> usize {
+    let planned = plan_step(slot, t, true);
+    finish_step(slot, engine, t, planned, observer, workload)
+}
+
+/// Schedule engine `slot`'s step at `t` (vLLM: `EngineCore.step` up to the forward), with its
+/// batch priced on its own when `price`.
+fn plan_step(slot: &mut EngineSlot, t: f64, price: bool) -> PlannedStep {
     let cost = &slot.cost;
     let batch = &mut slot.batch;
     let mut step_cost = None;
+    let mut runs_batch = false;
     let mut sample = StepSample::default();
     slot.runner.now_s = t;
     let report = slot.core.step(&mut slot.runner, t, |sched, so| {
         fill_batch_shape(batch, so);
         if so.total_num_scheduled_tokens > 0 {
-            step_cost = Some(cost.step_time_s(batch));
+            runs_batch = true;
+            if price {
+                step_cost = Some(cost.step_time_s(batch));
+            }
         }
         sample.num_scheduled_tokens = so.total_num_scheduled_tokens;
         sample.num_scheduled_reqs = so.scheduled.len() + so.num_coasting;
@@ -870,6 +1061,30 @@ fn step_engine(
         sample.at_token_budget =
             so.total_num_scheduled_tokens >= sched.config().max_num_scheduled_tokens;
     });
+    PlannedStep {
+        report,
+        sample,
+        runs_batch,
+        cost: step_cost,
+    }
+}
+
+/// Place a planned step's GPU time and deliver the outputs it applied; returns how many
+/// requests finished.
+fn finish_step(
+    slot: &mut EngineSlot,
+    engine: usize,
+    t: f64,
+    planned: PlannedStep,
+    observer: &mut dyn Observer,
+    workload: &mut Workload,
+) -> usize {
+    let PlannedStep {
+        report,
+        mut sample,
+        cost: step_cost,
+        ..
+    } = planned;
     if report.scheduled {
         let (start, end) = slot
             .timeline

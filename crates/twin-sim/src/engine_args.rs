@@ -961,7 +961,12 @@ pub fn simulate_from_matches(
             .transpose()
     };
 
+    let dp: usize = num("--data-parallel-size", &req("data_parallel_size")?)?;
+    if dp == 0 {
+        return Err(cfg_err("--data-parallel-size", "must be >= 1"));
+    }
     let mut serve = twin_cost::ServeConfig {
+        data_parallel_size: dp as u32,
         tensor_parallel_size: num(&name("tensor_parallel_size"), &req("tensor_parallel_size")?)?,
         pipeline_parallel_size: num(
             &name("pipeline_parallel_size"),
@@ -1027,14 +1032,6 @@ pub fn simulate_from_matches(
     let mut notes: Vec<String> = notes.into_iter().map(|n| n.1).collect();
 
     let knobs = scheduler_knobs(&v)?;
-    let dp: usize = num("--data-parallel-size", &req("data_parallel_size")?)?;
-    if dp > 1 && serve.enable_expert_parallel {
-        notes.push(format!(
-            "--enable-expert-parallel with --data-parallel-size {dp}: experts are dealt over each engine's TP group; \
-             vLLM's EP group spans the DP engines too, whose MoE layers run in lockstep with an all-to-all, \
-             which the twin does not model"
-        ));
-    }
     let served_model_name = v.cli_str("served_model_name").map(str::to_string);
     let seed: u64 = num("--seed", &req("seed")?)?;
     let kv_cache_metrics = v.flag("kv_cache_metrics").unwrap_or(false);
@@ -1397,17 +1394,18 @@ mod tests {
     }
 
     #[test]
-    fn expert_parallel_across_data_parallel_engines_is_named_as_unmodelled() {
-        let ep_dp = parse("--enable-expert-parallel --data-parallel-size 2").unwrap();
+    fn data_parallel_engines_reach_the_memory_plan() {
+        let a =
+            parse("openai/gpt-oss-120b --data-parallel-size 2 --enable-expert-parallel").unwrap();
+        assert_eq!(a.config.serve.data_parallel_size, 2);
+        assert_eq!(a.config.data_parallel_size, 2);
         assert!(
-            ep_dp.notes.iter().any(|n| n.contains("lockstep")),
+            !a.notes.iter().any(|n| n.contains("lockstep")),
             "{:?}",
-            ep_dp.notes
+            a.notes
         );
-        for line in ["--enable-expert-parallel -tp 2", "--data-parallel-size 2"] {
-            let a = parse(line).unwrap();
-            assert!(!a.notes.iter().any(|n| n.contains("lockstep")), "{line}");
-        }
+        let e = parse("--data-parallel-size 0").unwrap_err().to_string();
+        assert!(e.contains("--data-parallel-size"), "{e}");
     }
 
     #[test]

@@ -223,6 +223,16 @@ impl StepTimeline {
         (start_s, end_s)
     }
 
+    /// When the GPU is free of every batch placed so far.
+    pub fn gpu_free_s(&self) -> f64 {
+        self.gpu_free_s
+    }
+
+    /// The GPU runs something else (a lockstep dummy batch) until `end_s`.
+    pub fn occupy_until(&mut self, end_s: f64) {
+        self.gpu_free_s = self.gpu_free_s.max(end_s);
+    }
+
     /// The oldest batch's outputs were applied at engine time `t_s`: when they come out
     /// (never before `t_s`).
     pub fn pop_outputs(&mut self, t_s: f64) -> f64 {

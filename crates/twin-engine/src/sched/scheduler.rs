@@ -159,6 +159,9 @@ pub struct Scheduler {
     last_prefill_step: i64,
     prefill_capacity_bound: bool,
     local_prefill_interval: usize,
+    /// The engine core defers prefills on the next `schedule` (an MoE model's DP engines'
+    /// shared cadence). vLLM: `schedule(throttle_prefills)`.
+    throttle_prefills: bool,
     cache_aware_window: usize,
     next_seq: u64,
     // Scratch buffers reused every step.
@@ -216,6 +219,7 @@ impl Scheduler {
             },
             local_prefill_interval: interval,
             last_prefill_step: -(interval as i64),
+            throttle_prefills: false,
             config,
             kv,
             requests: RequestSlab::default(),
@@ -514,17 +518,37 @@ impl Scheduler {
         thr
     }
 
-    /// Hold prefills until the interval since the last prefill step has passed.
-    /// vLLM: `Scheduler.schedule` (local prefill cadence).
+    /// An MoE model's DP engine: `prefill_schedule_interval` is the engine core's, counted
+    /// over the engines' shared steps ([`Scheduler::set_throttle_prefills`]); the scheduler
+    /// keeps no cadence of its own. vLLM: `Scheduler.__init__` (`local_prefill_interval`
+    /// is 1 when `data_parallel_size` > 1).
+    pub fn coordinate_prefill_cadence_across_dp(&mut self) {
+        self.local_prefill_interval = 1;
+        self.last_prefill_step = -1;
+    }
+
+    /// Defer prefills on the next `schedule` unless the engine is saturated. vLLM:
+    /// `DPEngineCoreProc._should_throttle_prefills` → `schedule(throttle_prefills)`.
+    pub fn set_throttle_prefills(&mut self, throttle: bool) {
+        self.throttle_prefills = throttle;
+    }
+
+    /// Hold prefills on a throttled step, or until the interval since the last prefill step
+    /// has passed. vLLM: `Scheduler.schedule` (DP prefill balancing, local prefill cadence).
     fn defer_prefills(&self) -> bool {
+        let decoding = || {
+            self.running
+                .iter()
+                .any(|&h| !self.requests.req(h).is_prefill_chunk)
+        };
+        if self.throttle_prefills && !self.prefill_capacity_bound && decoding() {
+            return true;
+        }
         self.local_prefill_interval > 1
             && !self.prefill_capacity_bound
             && (self.num_executed_steps as i64 + 1) - self.last_prefill_step
                 < self.local_prefill_interval as i64
-            && self
-                .running
-                .iter()
-                .any(|&h| !self.requests.req(h).is_prefill_chunk)
+            && decoding()
     }
 
     /// vLLM: `Scheduler.schedule`. `now_s` stamps SCHEDULED / PREEMPTED events. Reads as

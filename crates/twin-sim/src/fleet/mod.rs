@@ -502,6 +502,7 @@ impl FleetState {
             engines.push(slot);
             self.engine_replica.push(r);
         }
+        engines.lock_step_if_moe(first..engines.slots.len());
         self.names.push(pod_name(&p.name, p.created));
         p.created += 1;
         self.replicas.push(Replica {
