@@ -29,13 +29,18 @@ fn twin_flag_takes_value(name: &str) -> bool {
 /// The vLLM part of a `simulate` command line: MODEL and vLLM's flags, without the twin's
 /// (`--gpu`, the workload, `--slo-*`).
 pub fn vllm_args(args: &[String]) -> Vec<String> {
+    vllm_arg_groups(args).into_iter().flatten().collect()
+}
+
+/// [`vllm_args`] as one group per argument: MODEL, or a flag with its value.
+fn vllm_arg_groups(args: &[String]) -> Vec<Vec<String>> {
     let argv = vllm_flags::normalize_argv(args);
     let t = vllm_flags::table();
     let mut out = Vec::new();
     let mut it = argv.iter().peekable();
     while let Some(a) = it.next() {
         let Some(rest) = a.strip_prefix("--") else {
-            out.push(a.clone()); // MODEL
+            out.push(vec![a.clone()]); // MODEL
             continue;
         };
         let (key, inline) = match rest.split_once('=') {
@@ -44,12 +49,13 @@ pub fn vllm_args(args: &[String]) -> Vec<String> {
         };
         let takes_value = match t.by_option(&format!("--{key}")) {
             Some(f) => {
-                out.push(a.clone());
+                let mut group = vec![a.clone()];
                 if !f.action.is_bool() && !inline {
                     if let Some(v) = it.next() {
-                        out.push(v.clone());
+                        group.push(v.clone());
                     }
                 }
+                out.push(group);
                 continue;
             }
             None => twin_flag_takes_value(key),
@@ -64,7 +70,19 @@ pub fn vllm_args(args: &[String]) -> Vec<String> {
 /// `vllm serve MODEL ...` for a candidate: the base line's vLLM part, then its flags.
 pub fn vllm_serve_line(model: &str, base_args: &[String], flags: &[String]) -> String {
     let mut words = vec!["vllm".to_string(), "serve".to_string()];
-    let base = vllm_args(base_args);
+    // A flag the candidate sets replaces the base line's (`--no-X` and `--X` are one flag).
+    let key = |group: &[String]| -> Option<String> {
+        let flag = group.first()?.strip_prefix("--")?;
+        let flag = flag.split_once('=').map_or(flag, |(k, _)| k);
+        Some(flag.strip_prefix("no-").unwrap_or(flag).to_string())
+    };
+    let candidate = vllm_arg_groups(flags);
+    let overridden: Vec<String> = candidate.iter().filter_map(|g| key(g)).collect();
+    let base: Vec<String> = vllm_arg_groups(base_args)
+        .into_iter()
+        .filter(|g| key(g).is_none_or(|k| !overridden.contains(&k)))
+        .flatten()
+        .collect();
     // The model positional (or --model) comes from the base line; name it when it does not.
     let has_model = base.first().is_some_and(|a| !a.starts_with("--"))
         || base
@@ -75,7 +93,7 @@ pub fn vllm_serve_line(model: &str, base_args: &[String], flags: &[String]) -> S
     }
     words.extend(base);
     // `--replicas` is the twin's: the line is one replica's.
-    words.extend(vllm_args(flags));
+    words.extend(candidate.into_iter().flatten());
     shell_words(&words)
 }
 
@@ -435,6 +453,36 @@ mod tests {
 
     fn v(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn a_candidates_flag_replaces_the_base_lines() {
+        let base = v(&[
+            "deepseek-ai/DeepSeek-V3",
+            "--gpu",
+            "h200",
+            "-tp",
+            "8",
+            "--max-model-len",
+            "8192",
+            "--no-enable-prefix-caching",
+        ]);
+        let line = vllm_serve_line(
+            "deepseek-ai/DeepSeek-V3",
+            &base,
+            &v(&[
+                "--tensor-parallel-size",
+                "1",
+                "--data-parallel-size",
+                "8",
+                "--enable-prefix-caching",
+            ]),
+        );
+        assert_eq!(
+            line,
+            "vllm serve deepseek-ai/DeepSeek-V3 --max-model-len 8192 --tensor-parallel-size 1 \
+             --data-parallel-size 8 --enable-prefix-caching"
+        );
     }
 
     #[test]
