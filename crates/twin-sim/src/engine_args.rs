@@ -896,6 +896,20 @@ pub fn parse_simulate_args(
     simulate_from_matches(&matches, &argv, &[], read_file)
 }
 
+/// What an unmodelled flag's note says where more than "it does not change what the twin
+/// models" is true.
+const UNMODELLED_WHY: &[(&str, &str)] = &[
+    (
+        "all2all_backend",
+        "an MoE model's DP engines are costed with vLLM's default allgather_reducescatter \
+         dispatch whatever the backend",
+    ),
+    (
+        "enable_eplb",
+        "experts are routed uniformly, so there is no imbalance for EPLB to even out",
+    ),
+];
+
 /// Notes for the vLLM flags in `argv` (normalized) that the twin does not model, in command-line
 /// order; `handled` are dests another face models (serve's `--port`, ...).
 fn unmodelled_notes(argv: &[String], handled: &[&str]) -> Vec<(usize, String)> {
@@ -907,10 +921,11 @@ fn unmodelled_notes(argv: &[String], handled: &[&str]) -> Vec<(usize, String)> {
             let f = t.by_option(key)?;
             let dest = f.dest.as_str();
             (!MODELLED_VLLM_FLAGS.contains(&dest) && !handled.contains(&dest)).then(|| {
-                (
-                    i,
-                    format!("{key}: accepted; it does not change what the twin models"),
-                )
+                let why = UNMODELLED_WHY
+                    .iter()
+                    .find(|(d, _)| *d == dest)
+                    .map_or("it does not change what the twin models", |(_, w)| *w);
+                (i, format!("{key}: accepted; {why}"))
             })
         })
         .collect()
@@ -1391,6 +1406,19 @@ mod tests {
     fn parse(s: &str) -> Result<SimulateArgs, SimError> {
         let args: Vec<String> = s.split_whitespace().map(str::to_string).collect();
         parse_simulate_args(&args, &|p| Err(format!("no file {p} in tests")))
+    }
+
+    #[test]
+    fn an_unmodelled_dispatch_backend_says_which_one_is_costed() {
+        let a = parse("--data-parallel-size 2 --all2all-backend deepep_low_latency").unwrap();
+        assert!(
+            a.notes
+                .iter()
+                .any(|n| n.starts_with("--all2all-backend: accepted;")
+                    && n.contains("allgather_reducescatter")),
+            "{:?}",
+            a.notes
+        );
     }
 
     #[test]
