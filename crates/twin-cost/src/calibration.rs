@@ -159,8 +159,10 @@ pub fn load_point_ttft_ms(
         done += n;
         total += cost.step_time_s(&batch).step_time_s;
     }
-    let frontend_s =
-        cost.calibration().frontend_input_s(input as usize) + crate::frontend::DETOKENIZE_S;
+    // The first token leaves the API server with the step's other outputs.
+    let outputs = others as usize + 1;
+    let frontend_s = cost.calibration().frontend_input_s(input as usize)
+        + crate::frontend::step_outputs_s(outputs, outputs);
     (total + frontend_s) * 1e3
 }
 

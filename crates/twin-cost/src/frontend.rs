@@ -15,8 +15,29 @@
 pub const REQUEST_S: f64 = 0.015;
 /// Tokenisation per prompt token (fast Rust tokenizers: ~20 M tokens/s). [U]
 pub const TOKENIZE_PER_TOKEN_S: f64 = 5e-8;
-/// [M] The API server's work on one stream's output of a step, at low load: msgpack decode
-/// ~3 µs, `OutputProcessor.process_outputs` ~7 µs, incremental detokenisation ~2.5 µs and the
-/// chat endpoint's SSE chunk ~16.5 µs, vLLM 0.34's own classes timed on CPU at N = 1
-/// (docs/measurements/host_cpu.md; the HTTP write not included). Was a guessed 0.2 ms.
-pub const DETOKENIZE_S: f64 = 30e-6;
+/// [M] The API server's fixed work per engine step whose outputs it takes (msgpack decode and
+/// `OutputProcessor.process_outputs`' own overhead): what one stream's 30 µs at N = 1 leaves
+/// beside the two per-stream terms below (docs/measurements/host_cpu.md).
+pub const OUTPUT_STEP_S: f64 = 10e-6;
+/// [M] Per stream and step, one thread: msgpack decode 0.2 µs, `process_outputs` 3.6 µs
+/// (the fit over N = 1–1024) and incremental detokenisation ~2 µs, vLLM 0.34's own classes
+/// timed on CPU (docs/measurements/host_cpu.md). Paid for every output, streamed or not.
+pub const OUTPUT_PER_STREAM_S: f64 = 6e-6;
+/// [M] Per SSE chunk: the chat endpoint's real stream generator (`DeltaMessage`,
+/// `ChatCompletionStreamResponse`, `model_dump_json`), 14 µs per request (the fit over
+/// N = 1–1024, docs/measurements/host_cpu.md); the HTTP write is not included.
+pub const STREAM_CHUNK_S: f64 = 14e-6;
+/// [M] One stream's output of a step, alone, through the API server: 30 µs (msgpack decode
+/// ~3 µs, `process_outputs` ~7 µs, detokenisation ~2.5 µs, the SSE chunk ~16.5 µs at N = 1).
+/// Was a guessed 0.2 ms.
+pub const DETOKENIZE_S: f64 = OUTPUT_STEP_S + OUTPUT_PER_STREAM_S + STREAM_CHUNK_S;
+
+/// One API-server thread's time on a step's `num_outputs` outputs, `num_chunks` of which it
+/// turns into SSE chunks. vLLM: `AsyncLLM`'s output handler (`process_outputs`), then each
+/// stream's `chat_completion_stream_generator` step, on one asyncio thread.
+pub fn step_outputs_s(num_outputs: usize, num_chunks: usize) -> f64 {
+    if num_outputs == 0 {
+        return 0.0;
+    }
+    OUTPUT_STEP_S + num_outputs as f64 * OUTPUT_PER_STREAM_S + num_chunks as f64 * STREAM_CHUNK_S
+}

@@ -18,6 +18,7 @@ use twin_engine::{
 };
 use twin_workload::{RequestSpec, Workload, WorkloadSpec};
 
+use crate::api_server::ApiServer;
 use crate::observe::{FinishedRequest, Observer, ReplicaUp, StepSample, TimedOutRequest};
 use crate::output_processor::{fill_batch_shape, StepTimeline, TokenTiming};
 use crate::SimError;
@@ -41,6 +42,10 @@ pub struct SchedulerKnobs {
     pub cache_aware_admission_threshold: f64,
     /// `--kv-offloading-size` (GiB over all ranks; native backend): CPU KV offloading.
     pub kv_offloading_size_gib: Option<f64>,
+    /// `--api-server-count` (vLLM's default: `--data-parallel-size`).
+    pub api_server_count: Option<usize>,
+    /// `--stream-interval`: the API server streams a chunk every this many tokens.
+    pub stream_interval: usize,
 }
 
 impl Default for SchedulerKnobs {
@@ -348,6 +353,8 @@ pub(crate) struct EngineSlot {
     request_timeout_s: Option<f64>,
     /// Keep each request's inter-token intervals (`--stages` or `--request-timeout`).
     keeps_itls: bool,
+    /// Its share of the API server, which hands its outputs to the clients.
+    api_server: ApiServer,
 }
 
 impl EngineSlot {
@@ -402,6 +409,13 @@ impl EngineSlot {
             blocked: false,
             request_timeout_s: cfg.workload.request_timeout_s,
             keeps_itls: keeps_request_itls(&cfg.workload),
+            api_server: ApiServer::new(
+                cfg.knobs
+                    .api_server_count
+                    .unwrap_or(cfg.data_parallel_size.max(1)),
+                cfg.data_parallel_size,
+                cfg.knobs.stream_interval,
+            ),
         })
     }
 
@@ -1106,6 +1120,10 @@ fn finish_step(
     if report.updated_step.is_some() {
         out_time = slot.timeline.pop_outputs(t);
         let outs = slot.core.outputs();
+        // When the API server has them: TTFT and E2E end there (the ITL is the engine's).
+        let seen_s = slot
+            .api_server
+            .deliver(out_time, outs.outputs.len() + outs.num_coasting_tokens);
         // Coasts that ended: their tokens were counted as they came; catch up their state.
         for &(h, n) in &outs.coast_exits {
             if let Some(hot) = slot.decode.get_mut(h.index()).filter(|d| d.tracked) {
@@ -1162,12 +1180,10 @@ fn finish_step(
             tr.times.apply_prefill_stats(o.prefill_stats);
             if let Some(timing) = tr.times.apply_new_tokens(toks.len(), out_time) {
                 match timing {
-                    TokenTiming::First => observer.on_first_token(
-                        engine,
-                        &tr.times,
-                        out_time + frontend::DETOKENIZE_S,
-                        o.num_prompt_tokens,
-                    ),
+                    TokenTiming::First => {
+                        tr.times.first_token_seen_s = Some(seen_s);
+                        observer.on_first_token(engine, &tr.times, seen_s, o.num_prompt_tokens)
+                    }
                     TokenTiming::Inter { itl_s } => {
                         match &mut itl_run {
                             Some((v, n)) if *v == itl_s => *n += 1,
@@ -1199,7 +1215,7 @@ fn finish_step(
                 let cold = slot.tracked_cold[o.handle.index()].take().expect("tracked");
                 finished += 1;
                 slot.runner.forget(o.handle);
-                let e2e_end = out_time + frontend::DETOKENIZE_S;
+                let e2e_end = seen_s;
                 let gave_up_s = slot
                     .request_timeout_s
                     .filter(|_| cold.pd == PdPhase::Whole)

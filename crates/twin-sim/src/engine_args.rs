@@ -198,6 +198,8 @@ pub const MODELLED_VLLM_FLAGS: &[&str] = &[
     "kv_offloading_size",
     "kv_offloading_backend",
     "enable_mfu_metrics",
+    "api_server_count",
+    "stream_interval",
 ];
 
 /// The model simulated when none is given. vLLM's own default (`--model`'s, in the table) is a
@@ -798,6 +800,19 @@ pub fn scheduler_knobs(v: &VllmValues<'_>) -> Result<crate::driver::SchedulerKno
         cache_aware_admission_window: n("cache_aware_admission_window")?,
         cache_aware_admission_threshold: x("cache_aware_admission_threshold")?,
         kv_offloading_size_gib: kv_offloading_size(v)?,
+        api_server_count: match v.cli_str("api_server_count") {
+            None => None,
+            Some(s) => match num::<usize>("--api-server-count", s)? {
+                0 => {
+                    return Err(cfg_err(
+                        "--api-server-count",
+                        "0 starts vLLM headless, with no API server to send requests to",
+                    ))
+                }
+                n => Some(n),
+            },
+        },
+        stream_interval: n("stream_interval")?,
     })
 }
 

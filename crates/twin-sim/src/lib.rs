@@ -2,6 +2,7 @@
 //! virtual time, each step lasting what [`twin_cost::CostModel`] says, and reports what
 //! vLLM 0.34 would do: latencies, throughput, KV usage, preemptions, prefix hits.
 
+mod api_server;
 pub mod charts;
 pub mod driver;
 pub mod engine_args;

@@ -25,6 +25,8 @@ pub struct RequestTimes {
     pub queued_s: f64,
     pub scheduled_s: Option<f64>,
     pub first_token_s: Option<f64>,
+    /// When the API server handed the first token to the client (its TTFT's end).
+    pub first_token_seen_s: Option<f64>,
     pub last_token_s: f64,
     pub num_generation_tokens: usize,
     pub num_preemptions: usize,

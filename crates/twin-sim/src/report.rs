@@ -173,9 +173,7 @@ impl Observer for ReportBuilder {
                 tpot = Some(v);
             }
         }
-        let ttft = t
-            .first_token_s
-            .map(|f| f + crate::driver::frontend::DETOKENIZE_S - t.client_arrival_s);
+        let ttft = t.first_token_seen_s.map(|f| f - t.client_arrival_s);
         let ok = r.finish_reason != FinishReason::Abort
             && self.slo.ttft_s.is_none_or(|s| ttft.is_some_and(|x| x <= s))
             && self.slo.tpot_s.is_none_or(|s| tpot.unwrap_or(0.0) <= s)

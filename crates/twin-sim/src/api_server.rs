@@ -1,0 +1,103 @@
+//! vLLM's API server as the simulator sees it: one asyncio thread per API-server process that
+//! takes every engine step's outputs in turn (`AsyncLLM`'s output handler runs
+//! `process_outputs`, then each stream's generator writes its SSE chunk). Its time per step
+//! grows with the batch (`twin_cost::frontend::step_outputs_s`, ~20 µs a stream), so at a
+//! thousand streams it can take longer than the engine's step: the engine core (another
+//! process) does not wait, the outputs queue at the API server, and a stream whose last chunk
+//! is still being written gets the next step's tokens in that chunk (vLLM's
+//! `RequestOutputCollector` merges them), so a backlogged step costs no chunks.
+
+use twin_cost::frontend;
+
+/// One engine's share of the API-server processes.
+#[derive(Clone, Debug)]
+pub(crate) struct ApiServer {
+    /// When it has finished everything handed to it so far.
+    free_s: f64,
+    /// API-server threads per engine: `--api-server-count` over the DP engines (vLLM defaults
+    /// the count to `--data-parallel-size`, so 1).
+    threads: f64,
+    /// `--stream-interval`: a stream gets a chunk every this many tokens.
+    stream_interval: usize,
+}
+
+impl ApiServer {
+    pub(crate) fn new(
+        api_server_count: usize,
+        data_parallel_size: usize,
+        stream_interval: usize,
+    ) -> Self {
+        ApiServer {
+            free_s: 0.0,
+            threads: api_server_count.max(1) as f64 / data_parallel_size.max(1) as f64,
+            stream_interval: stream_interval.max(1),
+        }
+    }
+
+    /// A step's `num_outputs` outputs reach the API server at `t_s`: when their clients have
+    /// them (vLLM's TTFT and E2E are stamped then; its inter-token latency is the engine's).
+    pub(crate) fn deliver(&mut self, t_s: f64, num_outputs: usize) -> f64 {
+        if num_outputs == 0 {
+            return t_s;
+        }
+        let backlogged = self.free_s > t_s;
+        // `OutputProcessor._new_request_output` with `stream_interval`: a chunk every n tokens.
+        let chunks = if backlogged {
+            0
+        } else {
+            num_outputs.div_ceil(self.stream_interval)
+        };
+        let start_s = t_s.max(self.free_s);
+        self.free_s = start_s + frontend::step_outputs_s(num_outputs, chunks) / self.threads;
+        self.free_s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_stream_takes_the_measured_30_us() {
+        let mut a = ApiServer::new(1, 1, 1);
+        let seen = a.deliver(1.0, 1);
+        assert!((seen - 1.0 - frontend::DETOKENIZE_S).abs() < 1e-15);
+        assert!((frontend::DETOKENIZE_S - 30e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_thousand_streams_fall_behind_a_fast_engine_and_merge_chunks() {
+        let mut a = ApiServer::new(1, 1, 1);
+        // ~20 ms of API-server work per step against a 10 ms engine step.
+        let first = a.deliver(0.0, 1000) - 0.0;
+        assert!((0.019..0.021).contains(&first), "{first}");
+        let mut lag_s = Vec::new();
+        for k in 1..40 {
+            let t = k as f64 * 0.010;
+            lag_s.push(a.deliver(t, 1000) - t);
+        }
+        // Backlogged steps only process outputs (6 ms), so the lag stays bounded: the queue
+        // drains, a step writes every chunk again, and so on.
+        let max = lag_s.iter().cloned().fold(0.0, f64::max);
+        assert!(max < 0.025, "{max}");
+        assert!(lag_s.iter().any(|&l| l > 0.005), "{lag_s:?}");
+        assert!(lag_s.iter().any(|&l| l < 0.010), "{lag_s:?}");
+        // More API servers, or chunks every 8 tokens, cut the work.
+        let mut four = ApiServer::new(4, 1, 1);
+        assert!(four.deliver(0.0, 1000) < first / 3.9);
+        let mut sparse = ApiServer::new(1, 1, 8);
+        assert!(sparse.deliver(0.0, 1000) < first / 2.0);
+    }
+
+    #[test]
+    fn outputs_beyond_what_one_thread_can_process_pile_up() {
+        // 1000 streams at 6 µs each exceed a 5 ms engine step: nothing merges that away.
+        let mut a = ApiServer::new(1, 1, 1);
+        let mut lag = 0.0;
+        for k in 0..100 {
+            let t = k as f64 * 0.005;
+            lag = a.deliver(t, 1000) - t;
+        }
+        assert!(lag > 0.05, "{lag}");
+    }
+}
