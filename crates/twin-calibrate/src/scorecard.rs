@@ -93,10 +93,22 @@ const RUNS: &[PublishedRun] = &[
         published: &[("TTFT", 60.38), ("TPOT", 7.22), ("ITL", 7.23)],
     },
     PublishedRun {
+        name: "Qwen3-8B H100 ShareGPT concurrency 2",
+        source: "qwen3-8b/h100-latency.md (v0.11.0)",
+        args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 2 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 64.78), ("TPOT", 7.30), ("ITL", 7.28), ("req/s", 1.17)],
+    },
+    PublishedRun {
         name: "Qwen3-8B H100 ShareGPT concurrency 4",
         source: "qwen3-8b/h100-latency.md (v0.11.0)",
         args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 60.26), ("TPOT", 7.40), ("ITL", 7.37), ("req/s", 2.25)],
+    },
+    PublishedRun {
+        name: "Qwen3-8B H100 ShareGPT concurrency 8",
+        source: "qwen3-8b/h100-latency.md (v0.11.0)",
+        args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 8 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 60.77), ("TPOT", 7.67), ("ITL", 7.63), ("req/s", 4.16)],
     },
     PublishedRun {
         name: "Qwen3-14B H100 random 4000/200 burst of 500",
@@ -187,6 +199,12 @@ const RUNS: &[PublishedRun] = &[
         source: "gpt-oss-120b/a100.md (v0.11.0, --async-scheduling --max-num-batched-tokens 4096; 100 prompts at concurrency 4, as the result block shows)",
         args: "openai/gpt-oss-120b --gpu a100-80gb --max-model-len 32768 --max-num-batched-tokens 4096 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
         published: &[("TTFT", 70.23), ("TPOT", 10.78), ("ITL", 10.49), ("req/s", 1.59)],
+    },
+    PublishedRun {
+        name: "DeepSeek-R1 8xH200 TP8 ShareGPT concurrency 4",
+        source: "deepseek-r1/h200.md (v0.11.0, DeepSeek-R1-0528 -tp 8; 100 prompts at concurrency 4)",
+        args: "deepseek-ai/DeepSeek-R1 --gpu h200 -tp 8 --input-len lognormal:mean=228,sigma=1.0 --output-len lognormal:mean=213,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --gpu-memory-utilization 0.9 --no-async-scheduling",
+        published: &[("TTFT", 117.53), ("TPOT", 19.13), ("ITL", 18.84), ("req/s", 0.92)],
     },
 ];
 

@@ -53,9 +53,9 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         .find(|p| p.name == "gpt-oss-20b B200 FP8 ITL slope")
         .unwrap();
     assert!(outlier.error_loo() > 0.2, "{outlier:?}");
-    // Every published end-to-end run simulates and is scored on its three medians (and 16 on
+    // Every published end-to-end run simulates and is scored on its three medians (and 19 on
     // their request throughput).
-    assert_eq!(card.runs.len(), 17 * 3 + 16);
+    assert_eq!(card.runs.len(), 20 * 3 + 19);
     assert!(
         card.runs
             .iter()
@@ -70,7 +70,7 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         .iter()
         .filter(|r| r.predicted_calibrated.is_some())
         .count();
-    assert_eq!(with_sibling, 12 * 3 + 11, "{:?}", card.runs);
+    assert_eq!(with_sibling, 14 * 3 + 13, "{:?}", card.runs);
     let itl = card
         .summaries
         .iter()
