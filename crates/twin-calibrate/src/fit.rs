@@ -154,7 +154,8 @@ impl Prepared {
                     .points
                     .iter()
                     .map(|p| {
-                        let c = cost.step_time_s(&p.batch);
+                        // A DP MoE engine's timed step: its peers idle beside it.
+                        let c = cost.step_time_s_beside_idle_peers(&p.batch);
                         let pred = if p.gpu_only {
                             c.gpu_time_s - c.breakdown.launch_overhead_s
                         } else {

@@ -1097,7 +1097,17 @@ pub fn plan_memory(
 
         // Profile run: one dummy forward of max_num_batched_tokens, then the dummy sampler.
         let t = f64::from(rc.max_num_batched_tokens);
-        let fwd = t * act_per_token * 2.0;
+        // With DP engines every MoE layer also holds the other engines' tokens: the gathered
+        // hidden states and router logits, and the combine's input (vLLM's profile run pads
+        // every engine to `max_num_batched_tokens`). A lower bound (fused-MoE workspaces aside).
+        let dp_gathered = match model.moe {
+            Some(m) if rc.data_parallel_size > 1 => {
+                f64::from(rc.data_parallel_size - 1)
+                    * (2.0 * model.hidden_size as f64 + m.num_experts as f64)
+            }
+            _ => 0.0,
+        };
+        let fwd = t * (act_per_token + dp_gathered) * 2.0;
         let sampler = if last {
             let rows = f64::from(rc.max_num_seqs.min(rc.max_num_batched_tokens));
             rows * model.vocab_size as f64 * (2.0 + 4.0 + 4.0) + t * model.hidden_size as f64 * 2.0

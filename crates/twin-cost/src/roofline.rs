@@ -427,7 +427,7 @@ struct DraftConsts {
 }
 
 /// What one step of an MoE model's data-parallel engines runs, which every engine's forward
-/// shares (vLLM: `coordinate_batch_across_dp`).
+/// shares (vLLM: `sync_cudagraph_and_dp_padding`, `v1/worker/gpu/dp_utils.py`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DpTokens {
     /// Tokens this engine runs through its dense layers: its own, padded to the largest
@@ -435,6 +435,9 @@ pub struct DpTokens {
     pub local_run: u64,
     /// Tokens every MoE layer computes: the sum of every engine's `local_run`.
     pub across_dp: u64,
+    /// The smallest engine's `local_run`: the engine that gathers the most from the others,
+    /// whose dispatch and combine the collective waits for.
+    pub fewest_run: u64,
 }
 
 /// Precomputed per-(model, GPU, config) constants; `step_time_s` is pure arithmetic on them.
@@ -495,8 +498,10 @@ pub struct CostModel {
     /// One dispatch or combine collective's fixed latency across the DP group.
     dp_collective_latency_s: f64,
     dp_collective_bw: f64,
-    /// Bytes per token an MoE layer's dispatch gathers (hidden state + router logits, bf16).
+    /// Bytes per token an MoE layer's dispatch gathers (hidden state + router logits, bf16)
+    /// and its combine scatters back (the hidden state).
     dp_dispatch_bytes_per_token: f64,
+    dp_combine_bytes_per_token: f64,
     allreduce_bw: f64,
     act_bytes: f64,
     /// `--disable-custom-all-reduce` (FlashInfer's all-reduce stays on where it applies).
@@ -758,10 +763,12 @@ impl CostModel {
             fixed_layers_s: kernels * KERNEL_LATENCY_FLOOR_S,
             moe_overhead_s: moe_layers * MOE_LAYER_OVERHEAD_S,
             dp_size: dp_lockstep,
-            // `AgRsAll2AllManager`: `all_gatherv` / `reduce_scatterv` over the DP group (pynccl).
+            // `AgRsAll2AllManager`: `all_gatherv` / `reduce_scatterv` over the DP group (one GPU
+            // per engine; `_get_comm_group`), through pynccl. [U] an all-reduce's latency each.
             dp_collective_latency_s: allreduce_latency_s(gpu, dp_lockstep, AllReduceKernel::Nccl),
-            dp_collective_bw: gpu.group_link_bandwidth_bytes_per_s(moe_ranks) * LINK_EFFICIENCY,
+            dp_collective_bw: gpu.group_link_bandwidth_bytes_per_s(dp_lockstep) * LINK_EFFICIENCY,
             dp_dispatch_bytes_per_token: (h + num_experts) * 2.0,
+            dp_combine_bytes_per_token: h * 2.0,
             allreduce_bw: gpu.group_link_bandwidth_bytes_per_s(tp) * LINK_EFFICIENCY,
             act_bytes: h * 2.0,
             custom_allreduce_disabled: cfg.disable_custom_all_reduce,
@@ -944,9 +951,39 @@ impl CostModel {
         self.batch_cost(batch, Some(dp))
     }
 
+    /// One engine's step whose DP peers (an MoE model's) have nothing to run: they run dummy
+    /// batches beside it. Without DP lockstep, [`CostModel::step_time_s`].
+    pub fn step_time_s_beside_idle_peers(&self, batch: &BatchShape) -> StepCost {
+        if self.dp_size <= 1 {
+            return self.step_time_s(batch);
+        }
+        let own = batch.total_tokens().max(1);
+        let dummy = self.dummy_batch_tokens();
+        let peers = u64::from(self.dp_size - 1);
+        let (local_run, peer_run) = if self.dp_pads_to(own.max(dummy)) {
+            (own.max(dummy), own.max(dummy))
+        } else {
+            (own, dummy)
+        };
+        self.step_time_s_across_dp(
+            batch,
+            DpTokens {
+                local_run,
+                across_dp: local_run + peers * peer_run,
+                fewest_run: local_run.min(peer_run),
+            },
+        )
+    }
+
+    /// Tokens an engine's dummy batch runs: one decode's (1 + speculative tokens; vLLM:
+    /// `execute_dummy_batch` runs `uniform_decode_query_len`).
+    pub fn dummy_batch_tokens(&self) -> u64 {
+        u64::from(self.decode_query_len.max(1))
+    }
+
     /// Whether DP engines pad their batches to the largest one's `max_tokens`: when every
-    /// batch fits a CUDA graph (vLLM: `_synchronize_dp_ranks`, padding unless the synced
-    /// cudagraph mode is NONE).
+    /// batch fits a CUDA graph (vLLM: `sync_cudagraph_and_dp_padding`, padding unless the
+    /// synced cudagraph mode is NONE).
     pub fn dp_pads_to(&self, max_tokens: u64) -> bool {
         !self.enforce_eager && max_tokens <= u64::from(self.max_capture)
     }
@@ -1193,13 +1230,18 @@ impl CostModel {
         };
         // `AgRsAll2AllManager.dispatch` / `.combine`: every MoE layer gathers the other
         // engines' tokens and scatters their results back.
-        let dp_dispatch_s = if self.dp_size > 1 {
-            let others = moe_tokens.saturating_sub(tokens) as f64;
-            2.0 * self.moe_layers
-                * (self.dp_collective_latency_s
-                    + others * self.dp_dispatch_bytes_per_token / self.dp_collective_bw)
-        } else {
-            0.0
+        // The engine with the fewest tokens receives the most and sets the collective's time,
+        // the same for every engine.
+        let dp_dispatch_s = match dp.filter(|_| self.dp_size > 1) {
+            Some(d) => {
+                let gathered = d.across_dp.saturating_sub(d.fewest_run) as f64;
+                self.moe_layers
+                    * (2.0 * self.dp_collective_latency_s
+                        + gathered
+                            * (self.dp_dispatch_bytes_per_token + self.dp_combine_bytes_per_token)
+                            / self.dp_collective_bw)
+            }
+            None => 0.0,
         };
         let pp_p2p_s = if self.pp > 1 {
             f64::from(self.pp - 1) * (P2P_LATENCY_S + tf * self.act_bytes / self.allreduce_bw)

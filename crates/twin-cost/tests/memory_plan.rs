@@ -641,6 +641,21 @@ fn data_parallel_engines_shard_an_moe_models_experts() {
     let g2 = plan("gpt-oss-120b", "h100", dp(2, false)).unwrap();
     assert!(g2.weights_bytes() < g1.weights_bytes());
     assert!(g2.num_gpu_blocks > 2 * g1.num_gpu_blocks);
+    // Each MoE layer of the profile run also holds the other engine's gathered tokens (with
+    // few sequences the forward, not the sampler, sets the peak).
+    let peak = |n: u32| {
+        let cfg = ServeConfig {
+            max_num_seqs: Some(64),
+            ..dp(n, false)
+        };
+        plan("gpt-oss-120b", "h100", cfg).unwrap().ranks[0].activation_peak_bytes as f64
+    };
+    // 8192 tokens × (2 × 2880 hidden + 128 router logits) × 2 bytes.
+    let gathered = peak(2) - peak(1);
+    assert!(
+        (gathered - 8192.0 * (2.0 * 2880.0 + 128.0) * 2.0).abs() < 1e3,
+        "{gathered}"
+    );
     // A dense model's DP engines are whole copies: DP changes nothing on one GPU.
     let l1 = plan("llama-3.1-8b", "h100", dp(1, false)).unwrap();
     let l2 = plan("llama-3.1-8b", "h100", dp(2, false)).unwrap();

@@ -471,6 +471,7 @@ fn data_parallel_moe_steps_share_the_moe_layers_and_pay_their_dispatch() {
         DpTokens {
             local_run: 8,
             across_dp: 16,
+            fewest_run: 8,
         },
     );
     let busy_peer = dp2.step_time_s_across_dp(
@@ -478,6 +479,7 @@ fn data_parallel_moe_steps_share_the_moe_layers_and_pay_their_dispatch() {
         DpTokens {
             local_run: 8,
             across_dp: 1024,
+            fewest_run: 8,
         },
     );
     // The MoE layers compute the other engine's tokens too, and gather them.
@@ -486,12 +488,30 @@ fn data_parallel_moe_steps_share_the_moe_layers_and_pay_their_dispatch() {
     assert!(alone.breakdown.dp_dispatch_s > 0.0);
     // Attention is this engine's own.
     assert_eq!(busy_peer.breakdown.attention_s, alone.breakdown.attention_s);
+    // The collective takes as long for the busy engine as for the one beside it: the engine
+    // with the fewest tokens gathers the most, and both wait for it.
+    let mut prefill = BatchShape::new();
+    prefill.push_prefill(1016, 0, true);
+    let busy = dp2.step_time_s_across_dp(
+        &prefill,
+        DpTokens {
+            local_run: 1016,
+            across_dp: 1024,
+            fewest_run: 8,
+        },
+    );
+    assert_eq!(
+        busy.breakdown.dp_dispatch_s,
+        busy_peer.breakdown.dp_dispatch_s
+    );
+    assert!(busy.step_time_s > busy_peer.step_time_s);
     // A dummy batch (no requests of its own) still runs every layer on its padded tokens.
     let dummy = dp2.step_time_s_across_dp(
         &BatchShape::new(),
         DpTokens {
             local_run: 8,
             across_dp: 16,
+            fewest_run: 8,
         },
     );
     assert!(dummy.step_time_s > 0.0 && dummy.breakdown.attention_s == 0.0);

@@ -325,8 +325,13 @@ fn serve_config(
         }
     }
     if c.sim.config.data_parallel_size > 1 {
+        // One engine, planned as a whole server (an MoE model's experts are not sharded over
+        // peers it does not have).
+        c.sim.config.data_parallel_size = 1;
+        c.sim.config.serve.data_parallel_size = 1;
         c.sim.notes.push(
-            "--data-parallel-size: serve runs one engine (DP ranks are not modelled in real time)"
+            "--data-parallel-size: serve runs one engine, planned as --data-parallel-size 1 \
+             (DP ranks are not modelled in real time)"
                 .into(),
         );
     }
@@ -340,6 +345,21 @@ mod tests {
     fn parse(s: &str) -> Result<ServeConfig, String> {
         let argv: Vec<String> = s.split_whitespace().map(str::to_string).collect();
         parse_serve_args(&argv).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn data_parallel_engines_are_served_as_one_whole_engine() {
+        let c = parse("openai/gpt-oss-20b --data-parallel-size 2").unwrap();
+        assert_eq!(c.sim.config.data_parallel_size, 1);
+        assert_eq!(c.sim.config.serve.data_parallel_size, 1);
+        assert!(
+            c.sim
+                .notes
+                .iter()
+                .any(|n| n.starts_with("--data-parallel-size: serve runs one engine")),
+            "{:?}",
+            c.sim.notes
+        );
     }
 
     #[test]

@@ -445,11 +445,19 @@ impl EngineSlot {
         }
     }
 
-    /// A dummy batch in a lockstep step at `t_s` (vLLM: `execute_dummy_batch`): its GPU is
-    /// busy for the step and its next batch starts after it.
-    fn run_dummy_batch(&mut self, t_s: f64, step_s: f64, gpu_s: f64) {
-        self.timeline.occupy_until(t_s + step_s);
+    /// A dummy batch in a lockstep forward starting at `start_s` (vLLM:
+    /// `execute_dummy_batch`): its GPU is busy for the forward and its next batch starts after.
+    fn run_dummy_batch(
+        &mut self,
+        start_s: f64,
+        step_s: f64,
+        gpu_s: f64,
+        engine: usize,
+        observer: &mut dyn Observer,
+    ) {
+        self.timeline.occupy_until(start_s + step_s);
         self.busy_s += gpu_s;
+        observer.on_dummy_batch(engine, gpu_s);
     }
 
     /// Wake the engine at `t_s` (a KV load landed, its blocks were read): it steps no
@@ -548,6 +556,10 @@ impl Engines {
         None
     }
 }
+
+/// vLLM's `--dp-sync-interval` default: DP engines agree whether any has work every this
+/// many steps (`_has_global_unfinished_reqs`).
+const DP_SYNC_INTERVAL: u64 = 16;
 
 /// An MoE model's DP engines, which step together (vLLM: `DPEngineCoreProc`).
 struct LockstepGroup {
@@ -909,11 +921,12 @@ pub(crate) fn pick_engine(engines: &[EngineSlot], ranks: std::ops::Range<usize>)
         .unwrap_or(first)
 }
 
-/// One lockstep step of an MoE model's data-parallel engines `group`, due at `t` (vLLM:
-/// `DPEngineCoreProc.run_busy_loop`): every engine with work steps; the rest run a dummy
-/// batch (`execute_dummy_batch`), since every MoE layer is a collective across the engines.
-/// All of them take the slowest engine's time. An engine due before the last step's GPUs
-/// are free waits for them (joining at the next step). Returns how many requests finished.
+/// One lockstep forward of an MoE model's data-parallel engines, due at `t` (vLLM:
+/// `DPEngineCoreProc.run_busy_loop`). It starts when every engine's GPU is free of the last
+/// one (each MoE layer is a collective across them); every engine with work whose loop is
+/// ready by then schedules a batch into it, at its own time (with async scheduling, while the
+/// last forward still runs); the rest run a dummy batch (`execute_dummy_batch`). Every engine
+/// takes the slowest one's time. Returns how many requests finished.
 fn step_lockstep(
     engines: &mut Engines,
     group_index: usize,
@@ -926,20 +939,40 @@ fn step_lockstep(
     let gpus_free_s = group
         .clone()
         .map(|e| engines.slots[e].timeline.gpu_free_s())
-        .fold(t, f64::max);
-    if t < gpus_free_s {
-        for e in group {
-            let slot = &mut engines.slots[e];
-            if slot.core.has_work() && slot.clock_s < gpus_free_s {
-                slot.clock_s = gpus_free_s;
-                engines.requeue(e);
-            }
-        }
-        return 0;
-    }
+        .fold(0.0, f64::max);
+    let start_s = t.max(gpus_free_s);
+    let dummy_s = if gpus_free_s < t {
+        let slot = &engines.slots[group.start];
+        let n = slot.cost.dummy_batch_tokens();
+        let tokens = DpTokens {
+            local_run: n,
+            across_dp: n * group.len() as u64,
+            fewest_run: n,
+        };
+        slot.cost
+            .step_time_s_across_dp(&BatchShape::new(), tokens)
+            .step_time_s
+    } else {
+        0.0
+    };
     let g = &mut engines.groups[group_index];
+    if g.running && gpus_free_s < t {
+        // The engines idled: vLLM's stepped dummy batches meanwhile, each counted, until a
+        // sync point (step 1 or every `dp_sync_interval`-th) found them all idle.
+        let idle_steps = ((t - gpus_free_s) / dummy_s).floor() as u64;
+        let next_sync = if g.step_counter < 1 {
+            1
+        } else {
+            (g.step_counter / DP_SYNC_INTERVAL + 1) * DP_SYNC_INTERVAL
+        };
+        if g.step_counter + idle_steps >= next_sync {
+            g.running = false;
+        } else {
+            g.step_counter += idle_steps;
+        }
+    }
     if !g.running {
-        // A new wave (vLLM resets the counter when the engines pause).
+        // A new wave: the engines had paused (vLLM resets the counter then).
         g.step_counter = 0;
     }
     // `_should_throttle_prefills`: prefills only on cadence-aligned steps.
@@ -948,29 +981,33 @@ fn step_lockstep(
     g.step_counter += 1;
     let mut planned = std::mem::take(&mut engines.planned);
     planned.clear();
-    // `coordinate_batch_across_dp`: each engine's tokens (a dummy batch runs one), padded to
-    // the largest when every engine's batch fits a CUDA graph.
-    let mut max_tokens = 0u64;
-    let mut sum_tokens = 0u64;
+    // `sync_cudagraph_and_dp_padding`: each engine's tokens (a dummy batch runs a decode's
+    // worth), padded to the largest when every engine's batch fits a CUDA graph.
+    let dummy_tokens = engines.slots[group.start].cost.dummy_batch_tokens();
+    let (mut max_tokens, mut min_tokens, mut sum_tokens) = (0u64, u64::MAX, 0u64);
     for e in group.clone() {
         let slot = &mut engines.slots[e];
-        let steps = slot.core.has_work() && !slot.blocked && slot.clock_s <= t;
+        let steps = slot.core.has_work() && !slot.blocked && slot.clock_s <= start_s;
         slot.core.set_throttle_prefills(throttle);
-        let p = steps.then(|| plan_step(slot, t, false));
+        let p = steps.then(|| {
+            let mut p = plan_step(slot, slot.clock_s.max(t), false);
+            p.sample.prefills_throttled = throttle;
+            p
+        });
         let tokens = match &p {
             Some(p) if p.runs_batch => slot.batch.total_tokens(),
-            _ => 1,
+            _ => dummy_tokens,
         };
         max_tokens = max_tokens.max(tokens);
+        min_tokens = min_tokens.min(tokens);
         sum_tokens += tokens;
         planned.push(p);
     }
-    let cost0 = &engines.slots[group.start].cost;
-    let pads = cost0.dp_pads_to(max_tokens);
-    let across_dp = if pads {
-        max_tokens * group.len() as u64
+    let pads = engines.slots[group.start].cost.dp_pads_to(max_tokens);
+    let (across_dp, fewest_run) = if pads {
+        (max_tokens * group.len() as u64, max_tokens)
     } else {
-        sum_tokens
+        (sum_tokens, min_tokens)
     };
     let dummy = BatchShape::new();
     let mut step_s = 0.0f64;
@@ -979,12 +1016,17 @@ fn step_lockstep(
         let slot = &engines.slots[e];
         let runs = matches!(&planned[i], Some(p) if p.runs_batch);
         let batch = if runs { &slot.batch } else { &dummy };
-        let own = if runs { batch.total_tokens() } else { 1 };
+        let own = if runs {
+            batch.total_tokens()
+        } else {
+            dummy_tokens
+        };
         let c = slot.cost.step_time_s_across_dp(
             batch,
             DpTokens {
                 local_run: if pads { max_tokens } else { own },
                 across_dp,
+                fewest_run,
             },
         );
         step_s = step_s.max(c.step_time_s);
@@ -996,6 +1038,8 @@ fn step_lockstep(
     let mut finished_total = 0;
     for (i, e) in group.clone().enumerate() {
         let slot = &mut engines.slots[e];
+        // Its GPU waits for the others' before the forward's first collective.
+        slot.timeline.occupy_until(start_s);
         match planned[i].take() {
             Some(mut p) => {
                 if let Some(c) = &mut p.cost {
@@ -1005,15 +1049,16 @@ fn step_lockstep(
                     c.stage_time_s = step_s;
                 }
                 let ran = p.cost.is_some();
-                let finished = finish_step(slot, e, t, p, observer, workload);
+                let at_s = p.t_s;
+                let finished = finish_step(slot, e, at_s, p, observer, workload);
                 finished_total += finished;
                 slot.num_in_system -= finished;
                 if !ran {
-                    slot.run_dummy_batch(t, step_s, gpu_s);
+                    slot.run_dummy_batch(start_s, step_s, gpu_s, e, observer);
                 }
-                dispatch.after_step(e, slot, t);
+                dispatch.after_step(e, slot, at_s);
             }
-            None => slot.run_dummy_batch(t, step_s, gpu_s),
+            None => slot.run_dummy_batch(start_s, step_s, gpu_s, e, observer),
         }
         engines.requeue(e);
     }
@@ -1026,6 +1071,8 @@ fn step_lockstep(
 /// A step an engine scheduled (and whose earlier outputs it applied) before its GPU time is
 /// placed: a lockstep group prices every engine's batch together.
 pub(crate) struct PlannedStep {
+    /// When the engine scheduled it.
+    t_s: f64,
     report: StepReport,
     sample: StepSample,
     /// Its batch has tokens (its shape is in `EngineSlot::batch`).
@@ -1076,6 +1123,7 @@ fn plan_step(slot: &mut EngineSlot, t: f64, price: bool) -> PlannedStep {
             so.total_num_scheduled_tokens >= sched.config().max_num_scheduled_tokens;
     });
     PlannedStep {
+        t_s: t,
         report,
         sample,
         runs_batch,

@@ -24,6 +24,9 @@ pub struct StepSample {
     /// Tokens the applied batch generated (after stop trimming).
     pub num_generated_tokens: usize,
     pub cost: Option<StepCost>,
+    /// The engine core deferred prefills this step (an MoE model's DP engines' shared
+    /// `--prefill-schedule-interval` cadence).
+    pub prefills_throttled: bool,
     /// Present when the step applied a batch (vLLM: `SchedulerStats` from update_from_output).
     pub stats: Option<SchedulerStats>,
 }
@@ -85,6 +88,9 @@ pub trait Observer {
     /// Its client gave up and the request was aborted in `engine` (vLLM: `AsyncLLM.abort`).
     fn on_timed_out(&mut self, _engine: usize, _req: &TimedOutRequest<'_>) {}
     fn on_step(&mut self, engine: usize, step: &StepSample);
+    /// A lockstep engine ran a dummy forward (no requests of its own) for `gpu_time_s`
+    /// (vLLM: `execute_dummy_batch`); no stats, only GPU time.
+    fn on_dummy_batch(&mut self, _engine: usize, _gpu_time_s: f64) {}
     /// A replica started serving. A plain run has one replica, 0, up from the start.
     fn on_replica_up(&mut self, _up: &ReplicaUp<'_>) {}
     /// A replica was taken out of service (scale-down): it gets no new requests and is gone
@@ -129,6 +135,11 @@ impl Observer for Tee<'_> {
     fn on_step(&mut self, engine: usize, step: &StepSample) {
         for o in &mut self.0 {
             o.on_step(engine, step);
+        }
+    }
+    fn on_dummy_batch(&mut self, engine: usize, gpu_time_s: f64) {
+        for o in &mut self.0 {
+            o.on_dummy_batch(engine, gpu_time_s);
         }
     }
     fn on_replica_up(&mut self, up: &ReplicaUp<'_>) {

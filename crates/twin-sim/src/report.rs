@@ -240,6 +240,10 @@ impl Observer for ReportBuilder {
         }
     }
 
+    fn on_dummy_batch(&mut self, _engine: usize, gpu_time_s: f64) {
+        self.gpu_busy_s += gpu_time_s;
+    }
+
     fn on_step(&mut self, _engine: usize, s: &StepSample) {
         self.steps += 1;
         self.last_event_s = self.last_event_s.max(s.t_s);

@@ -34,13 +34,14 @@ impl Observer for Batches {
 }
 
 fn batches(line: &str) -> Vec<Batch> {
-    let argv: Vec<String> = format!(
+    batches_of(&format!(
         "--gpu h100 --data-parallel-size 2 --num-requests 300 --request-rate 30 \
          --input-len 1500 --output-len 120 {line}"
-    )
-    .split_whitespace()
-    .map(str::to_string)
-    .collect();
+    ))
+}
+
+fn batches_of(args: &str) -> Vec<Batch> {
+    let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
     let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
     let startup = twin_sim::startup(&a.config).expect("start");
     let mut b = Batches::default();
@@ -105,38 +106,55 @@ fn a_dense_models_dp_engines_step_on_their_own() {
     assert!(skewed > 100, "{skewed} unaligned overlapping batches");
 }
 
-/// Of the gaps between engine `e`'s prefill-carrying batches, counted in the engines' shared
-/// steps, the share that are whole multiples of `n`.
-fn prefill_gaps_in_multiples_of(b: &[Batch], e: usize, n: usize) -> f64 {
-    let mut starts: Vec<f64> = b.iter().map(|x| x.1).collect();
-    starts.sort_by(f64::total_cmp);
-    starts.dedup();
-    let step_of = |t: f64| {
-        starts
-            .binary_search_by(|s| s.total_cmp(&t))
-            .expect("a step")
-    };
-    let at: Vec<usize> = b
-        .iter()
-        .filter(|x| x.0 == e && x.4 > 0)
-        .map(|x| step_of(x.1))
-        .collect();
-    let gaps: Vec<usize> = at.windows(2).map(|w| w[1] - w[0]).collect();
-    gaps.iter().filter(|&&g| g % n == 0).count() as f64 / gaps.len() as f64
+/// A step as the cadence test sees it: engine, prefill tokens, throttled.
+#[derive(Default)]
+struct Cadence(Vec<(usize, usize, bool)>);
+
+impl Observer for Cadence {
+    fn on_first_token(&mut self, _: usize, _: &RequestTimes, _: f64, _: usize) {}
+    fn on_inter_tokens(&mut self, _: usize, _: f64, _: usize, _: f64) {}
+    fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {}
+    fn on_rejected(&mut self, _: usize, _: &RequestSpec) {}
+    fn on_step(&mut self, engine: usize, step: &StepSample) {
+        if step.cost.is_some() {
+            self.0
+                .push((engine, step.num_prefill_tokens, step.prefills_throttled));
+        }
+    }
 }
 
 #[test]
 fn an_moe_models_prefill_cadence_counts_the_engines_shared_steps() {
     // vLLM's DP engine core admits prefill on every `--prefill-schedule-interval`-th step of
     // the wave (counted over every engine's steps, dummies included) while decodes run.
-    let every = batches("--model openai/gpt-oss-20b");
-    let fourth = batches("--model openai/gpt-oss-20b --prefill-schedule-interval 4");
-    for e in 0..2 {
-        let (a, b) = (
-            prefill_gaps_in_multiples_of(&every, e, 4),
-            prefill_gaps_in_multiples_of(&fourth, e, 4),
-        );
-        eprintln!("engine {e}: {a:.2} of prefill gaps are multiples of 4, {b:.2} at interval 4");
-        assert!(b > 0.9 && a < 0.5, "engine {e}: {b} vs {a}");
-    }
+    let steps = |extra: &str| {
+        let argv: Vec<String> = format!(
+            "--model openai/gpt-oss-20b --gpu h100 --data-parallel-size 2 --num-requests 300 \
+             --request-rate 30 --input-len 1500 --output-len 120 {extra}"
+        )
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+        let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
+        let startup = twin_sim::startup(&a.config).expect("start");
+        let mut c = Cadence::default();
+        twin_sim::run(&a.config, &startup, &mut c).expect("run");
+        c.0
+    };
+    let every = steps("");
+    assert!(every.iter().all(|s| !s.2), "no cadence by default");
+    let fourth = steps("--prefill-schedule-interval 4");
+    let throttled = fourth.iter().filter(|s| s.2).count() as f64 / fourth.len() as f64;
+    assert!(
+        (0.55..0.8).contains(&throttled),
+        "{throttled} of the steps throttled"
+    );
+    // A throttled step carries prefill only when nothing decodes or the queue backs up.
+    let prefill_when_throttled = fourth.iter().filter(|s| s.2 && s.1 > 0).count();
+    let prefill_steps = fourth.iter().filter(|s| s.1 > 0).count();
+    assert!(
+        (prefill_when_throttled as f64) < 0.2 * prefill_steps as f64,
+        "{prefill_when_throttled} of {prefill_steps} prefill steps were throttled ones"
+    );
+    assert!(prefill_steps > 100);
 }

@@ -1150,4 +1150,8 @@ impl Observer for PerReplica {
             m.on_step(rank, step);
         }
     }
+    fn on_dummy_batch(&mut self, engine: usize, gpu_time_s: f64) {
+        let (c, rank) = self.at(engine);
+        c.builder.on_dummy_batch(rank, gpu_time_s);
+    }
 }
