@@ -75,6 +75,9 @@ pub struct Scenario {
     /// reported done in the output of step k + delay.
     pub offload_load_steps: u64,
     pub offload_store_steps: u64,
+    /// `engine.dp_prefill_interval` (scripts/oracle_dp.py): an MoE model's DP engine core
+    /// throttles prefills on every step whose index is not a multiple of it (1: never).
+    pub dp_prefill_interval: u64,
 }
 
 /// `synth_tokens(seed, n)`: sha256 counter mode, 8 little-endian words per digest.
@@ -325,9 +328,15 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
         eng.get("kv_offload_store_steps"),
         "engine.kv_offload_store_steps",
     )?;
+    let dp_prefill_interval =
+        opt_u64(eng.get("dp_prefill_interval"), "engine.dp_prefill_interval")?.unwrap_or(1);
+    if dp_prefill_interval == 0 {
+        return Err(field_err("engine.dp_prefill_interval", "must be >= 1"));
+    }
     Ok(Scenario {
         offload_load_steps,
         offload_store_steps,
+        dp_prefill_interval,
         name,
         engine_json: eng,
         config,

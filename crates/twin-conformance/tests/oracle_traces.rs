@@ -71,6 +71,38 @@ fn offload_oracle_scenarios_are_step_identical() {
     assert_set_identical("offload", 8);
 }
 
+/// An MoE model's DP engine's prefill cadence (`scripts/oracle_dp.py` made the traces): the
+/// engine core throttles prefills on steps off the cadence, the scheduler defers them while
+/// something decodes unless its last release left a backlog; sync and async, priority with
+/// preemptions.
+#[test]
+fn dp_cadence_oracle_scenarios_are_step_identical() {
+    assert_set_identical("dp", 3);
+}
+
+/// The DP traces depend on the cadence: a twin that never throttles steps differently.
+#[test]
+fn the_dp_traces_need_the_cadence() {
+    let dir = fixtures().join("dp");
+    for name in [
+        "dp_01_cadence",
+        "dp_02_capacity_bound_async",
+        "dp_03_priority_preemption",
+    ] {
+        let text = fs::read_to_string(dir.join(format!("scenarios/{name}.json"))).expect("fixture");
+        let mut scn = parse_scenario(&text).expect("scenario");
+        assert!(scn.dp_prefill_interval > 1, "{name}");
+        scn.dp_prefill_interval = 1;
+        let mut trace = Vec::new();
+        run_scenario(&scn, &mut trace).expect("in-memory write");
+        let oracle = fs::read_to_string(dir.join(format!("traces/{name}.jsonl"))).expect("fixture");
+        let d = compare_traces(&oracle, &String::from_utf8(trace).expect("utf8"))
+            .expect("parse")
+            .expect("a twin without the cadence must differ");
+        assert!(d.step.parse::<u64>().is_ok(), "{name}: {d}");
+    }
+}
+
 /// The offloading traces depend on the CPU tier: without it the twin's steps differ.
 #[test]
 fn the_offloading_traces_need_the_cpu_tier() {
