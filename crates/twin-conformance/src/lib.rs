@@ -159,7 +159,7 @@ pub fn run_scenario(scn: &Scenario, out: &mut impl Write) -> std::io::Result<Run
         let mut sched_fields: Option<Map<String, Value>> = None;
         // A DP engine core's cadence (`_should_throttle_prefills`), counted by the loop's step.
         let n = scn.dp_prefill_interval;
-        core.set_throttle_prefills(n > 1 && step % n != 0);
+        core.set_throttle_prefills(n > 1 && !step.is_multiple_of(n));
         let report = core.step(&mut worker, step as f64, |sched, so| {
             let mut m = Map::new();
             m.insert(

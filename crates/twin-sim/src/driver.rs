@@ -3,7 +3,7 @@
 //! `vllm/v1/metrics/stats.py` computes them (see [`RequestTimes`]).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Range;
 use twin_cost::{
     BatchShape, CostModel, DpTokens, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod,
@@ -355,6 +355,8 @@ pub(crate) struct EngineSlot {
     keeps_itls: bool,
     /// Its share of the API server, which hands its outputs to the clients.
     api_server: ApiServer,
+    /// Requests the frontend accepted that have not reached the engine core yet, by `add_s`.
+    pending: VecDeque<PendingRequest>,
 }
 
 impl EngineSlot {
@@ -409,6 +411,7 @@ impl EngineSlot {
             blocked: false,
             request_timeout_s: cfg.workload.request_timeout_s,
             keeps_itls: keeps_request_itls(&cfg.workload),
+            pending: VecDeque::new(),
             api_server: ApiServer::new(
                 cfg.knobs
                     .api_server_count
@@ -503,6 +506,8 @@ pub(crate) struct Engines {
     groups: Vec<LockstepGroup>,
     /// Each lockstep engine's step this round (reused: no allocation per step).
     planned: Vec<Option<PlannedStep>>,
+    /// Requests that reached their engines since the run loop last looked.
+    entered: Vec<Entered>,
 }
 
 impl Engines {
@@ -539,9 +544,16 @@ impl Engines {
     pub(crate) fn requeue(&mut self, e: usize) {
         let slot = &mut self.slots[e];
         slot.queue_generation = slot.queue_generation.wrapping_add(1);
-        if slot.core.has_work() && !slot.blocked {
+        // A working engine steps at its clock (taking what reached it by then); an idle or
+        // blocked one when its next request reaches it.
+        let next_s = if slot.core.has_work() && !slot.blocked {
+            Some(slot.clock_s)
+        } else {
+            slot.pending.front().map(|p| p.add_s.max(slot.clock_s))
+        };
+        if let Some(t) = next_s {
             self.next_step
-                .push(Reverse((TimeKey(slot.clock_s), e, slot.queue_generation)));
+                .push(Reverse((TimeKey(t), e, slot.queue_generation)));
         }
     }
 
@@ -714,14 +726,11 @@ pub(crate) fn run_loop(
                 };
                 let deadline_s = request_timeout_s
                     .filter(|_| phase == PdPhase::Whole)
-                    .map(|limit| (spec.arrival_time_s + limit, spec.id));
-                if let Some(h) = admit(&mut engines.slots[e], e, spec, phase, t, observer, workload)
-                {
+                    .map(|limit| spec.arrival_time_s + limit);
+                let slot = &mut engines.slots[e];
+                if admit(slot, e, spec, phase, t, deadline_s, observer, workload) {
                     in_flight_total += 1;
                     engines.requeue(e);
-                    if let Some((d, id)) = deadline_s {
-                        deadlines.push(Reverse((TimeKey(d), e, h, id)));
-                    }
                 } else if let PdPhase::Decode {
                     prefill_engine,
                     prefill_handle,
@@ -740,14 +749,25 @@ pub(crate) fn run_loop(
                 if let Some(group) = engines.lockstep[e] {
                     in_flight_total -=
                         step_lockstep(engines, group, t, dispatch, observer, workload);
-                    continue;
+                } else {
+                    let slot = &mut engines.slots[e];
+                    enter_due(slot, e, t, observer, workload, &mut engines.entered);
+                    if slot.core.has_work() && !slot.blocked {
+                        let finished = step_engine(slot, e, t, observer, workload);
+                        in_flight_total -= finished;
+                        slot.num_in_system -= finished;
+                        dispatch.after_step(e, slot, t);
+                    }
+                    engines.requeue(e);
                 }
-                let slot = &mut engines.slots[e];
-                let finished = step_engine(slot, e, t, observer, workload);
-                in_flight_total -= finished;
-                slot.num_in_system -= finished;
-                dispatch.after_step(e, slot, t);
-                engines.requeue(e);
+                for x in engines.entered.drain(..) {
+                    match x {
+                        Entered::Deadline(d, e, h, id) => {
+                            deadlines.push(Reverse((TimeKey(d), e, h, id)));
+                        }
+                        Entered::TimedOut => in_flight_total -= 1,
+                    }
+                }
             }
             (Some(_), None) => unreachable!("handled by the arrival arm"),
             (None, None) => unreachable!("checked above"),
@@ -791,36 +811,111 @@ fn time_out(
     true
 }
 
-/// Add an arrived request to `slot`'s engine, or refuse it as vLLM's frontend does (a 400
-/// when the prompt does not fit `max_model_len`). Returns its handle if it was added.
+/// A request the frontend accepted, on its way to the engine core (`add_s`).
+struct PendingRequest {
+    spec: RequestSpec,
+    pd: PdPhase,
+    arrival_s: f64,
+    add_s: f64,
+    /// When its client gives up (`--request-timeout`).
+    deadline_s: Option<f64>,
+}
+
+/// What the driver learns when pending requests reach their engine.
+pub(crate) enum Entered {
+    /// Its client's deadline, to watch.
+    Deadline(f64, usize, ReqHandle, u64),
+    /// Its client gave up before it reached the engine.
+    TimedOut,
+}
+
+/// An arrived request: refused as vLLM's frontend does (a 400 when the prompt does not fit
+/// `max_model_len`), or accepted and on its way to `slot`'s engine, which it reaches after the
+/// frontend's time (`frontend_input_s`). Returns whether it was accepted.
+#[allow(clippy::too_many_arguments)]
 fn admit(
     slot: &mut EngineSlot,
     engine: usize,
-    mut spec: RequestSpec,
+    spec: RequestSpec,
     pd: PdPhase,
     t_s: f64,
+    deadline_s: Option<f64>,
     observer: &mut dyn Observer,
     workload: &mut Workload,
-) -> Option<ReqHandle> {
-    let max_model_len = slot.max_model_len;
+) -> bool {
     // The decode half of a P/D request reaches this frontend from the proxy now; the
     // client sent it at `spec.arrival_time_s`.
     let arrival_s = match pd {
         PdPhase::Decode { .. } => t_s,
         _ => spec.arrival_time_s,
     };
-    let add_s = arrival_s
-        + slot
-            .cost
-            .calibration()
-            .frontend_input_s(spec.prompt_token_ids.len());
     let prompt_len = spec.prompt_token_ids.len();
-    if prompt_len == 0 || prompt_len >= max_model_len {
+    if prompt_len == 0 || prompt_len >= slot.max_model_len {
         // vLLM's frontend answers 400: the decoder prompt is longer than max_model_len.
         observer.on_rejected(engine, &spec);
         workload.on_finished(&spec, None, spec.arrival_time_s);
-        return None;
+        return false;
     }
+    let add_s = arrival_s + slot.cost.calibration().frontend_input_s(prompt_len);
+    // The frontend keeps arrival order: none overtakes an earlier one on its way in.
+    slot.pending.push_back(PendingRequest {
+        spec,
+        pd,
+        arrival_s,
+        add_s,
+        deadline_s,
+    });
+    slot.num_in_system += 1;
+    true
+}
+
+/// Hand `slot`'s pending requests that have reached the engine by `t_s` to its core (vLLM:
+/// `EngineCore.add_request` when the input queue is read).
+fn enter_due(
+    slot: &mut EngineSlot,
+    engine: usize,
+    t_s: f64,
+    observer: &mut dyn Observer,
+    workload: &mut Workload,
+    entered: &mut Vec<Entered>,
+) {
+    while slot.pending.front().is_some_and(|p| p.add_s <= t_s) {
+        let p = slot.pending.pop_front().expect("checked");
+        if let Some(d) = p.deadline_s.filter(|&d| d <= p.add_s) {
+            // Its client left before it reached the engine.
+            slot.num_in_system -= 1;
+            observer.on_timed_out(
+                engine,
+                &TimedOutRequest {
+                    spec: &p.spec,
+                    t_s: d,
+                },
+            );
+            workload.on_finished(&p.spec, None, d);
+            entered.push(Entered::TimedOut);
+            continue;
+        }
+        let id = p.spec.id;
+        let deadline_s = p.deadline_s;
+        let h = enter_engine(slot, p);
+        if let Some(d) = deadline_s {
+            entered.push(Entered::Deadline(d, engine, h, id));
+        }
+    }
+}
+
+/// Add a request that reached `slot`'s engine to its core and start tracking it.
+fn enter_engine(slot: &mut EngineSlot, p: PendingRequest) -> ReqHandle {
+    let PendingRequest {
+        mut spec,
+        pd,
+        arrival_s,
+        add_s,
+        ..
+    } = p;
+    let max_model_len = slot.max_model_len;
+    let prompt_len = spec.prompt_token_ids.len();
+    let had_work = slot.core.has_work();
     // An unset max_tokens defaults to what fits; a forced one is capped the same way.
     let handoff_max_tokens = spec.max_tokens;
     let max_tokens = if pd == PdPhase::Prefill {
@@ -900,12 +995,12 @@ fn admit(
         handoff_prompt,
         handoff_max_tokens,
     });
-    if !slot.core.has_work() || slot.clock_s < add_s {
+    if !had_work {
+        // An idle engine wakes for it; a busy one takes it at its next step.
         slot.clock_s = slot.clock_s.max(add_s);
     }
     slot.blocked = false;
-    slot.num_in_system += 1;
-    Some(h)
+    h
 }
 
 /// vLLM's DP load balancing among `ranks`: the engine with the fewest waiting (×4) plus
@@ -913,7 +1008,7 @@ fn admit(
 pub(crate) fn pick_engine(engines: &[EngineSlot], ranks: std::ops::Range<usize>) -> usize {
     let score = |e: &EngineSlot| {
         let s = e.core.scheduler();
-        s.num_waiting() * 4 + s.running().len()
+        (s.num_waiting() + e.pending.len()) * 4 + s.running().len()
     };
     let first = ranks.start;
     ranks
@@ -987,7 +1082,18 @@ fn step_lockstep(
     let (mut max_tokens, mut min_tokens, mut sum_tokens) = (0u64, u64::MAX, 0u64);
     for e in group.clone() {
         let slot = &mut engines.slots[e];
-        let steps = slot.core.has_work() && !slot.blocked && slot.clock_s <= start_s;
+        // Ready by the forward's start: a working engine at its clock, an idle one when its
+        // next request reaches it.
+        let ready_s = if slot.core.has_work() && !slot.blocked {
+            Some(slot.clock_s)
+        } else {
+            slot.pending.front().map(|p| p.add_s.max(slot.clock_s))
+        }
+        .filter(|&r| r <= start_s);
+        if let Some(r) = ready_s {
+            enter_due(slot, e, r.max(t), observer, workload, &mut engines.entered);
+        }
+        let steps = ready_s.is_some() && slot.core.has_work() && !slot.blocked;
         slot.core.set_throttle_prefills(throttle);
         let p = steps.then(|| {
             let mut p = plan_step(slot, slot.clock_s.max(t), false);

@@ -7,13 +7,14 @@ use twin_sim::engine_args::parse_simulate_args;
 use twin_sim::{ReportBuilder, Slo};
 
 fn run(extra: &str) -> serde_json::Value {
-    let argv: Vec<String> = format!(
+    run_args(&format!(
         "--model Qwen/Qwen3-4B --gpu b200 --max-concurrency 1024 --num-requests 3000 \
          --input-len 100 --output-len 200 {extra}"
-    )
-    .split_whitespace()
-    .map(str::to_string)
-    .collect();
+    ))
+}
+
+fn run_args(args: &str) -> serde_json::Value {
+    let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
     let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
     let startup = twin_sim::startup(&a.config).expect("start");
     let mut b = ReportBuilder::new(Slo::default());
@@ -37,8 +38,13 @@ fn a_busy_api_server_delays_first_tokens_not_the_engine() {
         t1 > t4 + 0.010,
         "mean TTFT {t1} s with one API server, {t4} s with four"
     );
-    // The engine core does not wait for the API server: the same steps.
-    assert_eq!(stat(&one, "itl_s", "p50"), stat(&four, "itl_s", "p50"));
+    // The engine core does not wait for the API server: its steps take as long (the clients,
+    // who send their next request when an answer is through, shift the load a little).
+    let (i1, i4) = (stat(&one, "itl_s", "p50"), stat(&four, "itl_s", "p50"));
+    assert!(
+        (i1 / i4 - 1.0).abs() < 0.02,
+        "ITL p50 {i1} s against {i4} s"
+    );
     // A chunk every 16 tokens leaves the one thread mostly processing outputs.
     let sparse = run("--stream-interval 16");
     assert!(stat(&sparse, "ttft_s", "mean") < t1 - 0.010);
@@ -58,4 +64,18 @@ fn zero_api_servers_is_vllms_headless_mode_and_refused() {
         e.contains("--api-server-count") && e.contains("headless"),
         "{e}"
     );
+}
+
+#[test]
+fn arrivals_faster_than_the_frontend_time_do_not_stall_a_busy_engine() {
+    // 400 tiny requests a second on one engine: one arrives every 2.5 ms, each 15 ms from the
+    // engine. The engine steps on meanwhile and takes each at its next step.
+    let r = run_args(
+        "--model Qwen/Qwen3-4B --gpu b200 --input-len 20 --output-len 2 --num-requests 4000 \
+         --request-rate 400 --shared-prefix none",
+    );
+    let ttft = stat(&r, "ttft_s", "p50");
+    let itl = stat(&r, "itl_s", "p50");
+    assert!(ttft < 0.030, "TTFT p50 {ttft} s");
+    assert!(itl < 0.010, "ITL p50 {itl} s");
 }
