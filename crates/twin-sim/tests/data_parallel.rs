@@ -8,8 +8,8 @@ use twin_sim::observe::{FinishedRequest, Observer, StepSample};
 use twin_sim::RequestTimes;
 use twin_workload::RequestSpec;
 
-/// A batch that ran: (engine, start, end, scheduled tokens, prefill tokens).
-type Batch = (usize, f64, f64, usize, usize);
+/// A batch that ran: (engine, start, end, scheduled tokens, prefill tokens, prefills throttled).
+type Batch = (usize, f64, f64, usize, usize, bool);
 
 /// Every batch that ran.
 #[derive(Default)]
@@ -28,6 +28,7 @@ impl Observer for Batches {
                 step.end_s,
                 step.num_scheduled_tokens,
                 step.num_prefill_tokens,
+                step.prefills_throttled,
             ));
         }
     }
@@ -106,52 +107,27 @@ fn a_dense_models_dp_engines_step_on_their_own() {
     assert!(skewed > 100, "{skewed} unaligned overlapping batches");
 }
 
-/// A step as the cadence test sees it: engine, prefill tokens, throttled.
-#[derive(Default)]
-struct Cadence(Vec<(usize, usize, bool)>);
-
-impl Observer for Cadence {
-    fn on_first_token(&mut self, _: usize, _: &RequestTimes, _: f64, _: usize) {}
-    fn on_inter_tokens(&mut self, _: usize, _: f64, _: usize, _: f64) {}
-    fn on_finished(&mut self, _: usize, _: &FinishedRequest<'_>) {}
-    fn on_rejected(&mut self, _: usize, _: &RequestSpec) {}
-    fn on_step(&mut self, engine: usize, step: &StepSample) {
-        if step.cost.is_some() {
-            self.0
-                .push((engine, step.num_prefill_tokens, step.prefills_throttled));
-        }
-    }
-}
-
 #[test]
 fn an_moe_models_prefill_cadence_counts_the_engines_shared_steps() {
     // vLLM's DP engine core admits prefill on every `--prefill-schedule-interval`-th step of
     // the wave (counted over every engine's steps, dummies included) while decodes run.
     let steps = |extra: &str| {
-        let argv: Vec<String> = format!(
+        batches_of(&format!(
             "--model openai/gpt-oss-20b --gpu h100 --data-parallel-size 2 --num-requests 300 \
              --request-rate 30 --input-len 1500 --output-len 120 {extra}"
-        )
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
-        let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
-        let startup = twin_sim::startup(&a.config).expect("start");
-        let mut c = Cadence::default();
-        twin_sim::run(&a.config, &startup, &mut c).expect("run");
-        c.0
+        ))
     };
     let every = steps("");
-    assert!(every.iter().all(|s| !s.2), "no cadence by default");
+    assert!(every.iter().all(|s| !s.5), "no cadence by default");
     let fourth = steps("--prefill-schedule-interval 4");
-    let throttled = fourth.iter().filter(|s| s.2).count() as f64 / fourth.len() as f64;
+    let throttled = fourth.iter().filter(|s| s.5).count() as f64 / fourth.len() as f64;
     assert!(
         (0.55..0.8).contains(&throttled),
         "{throttled} of the steps throttled"
     );
     // A throttled step carries prefill only when nothing decodes or the queue backs up.
-    let prefill_when_throttled = fourth.iter().filter(|s| s.2 && s.1 > 0).count();
-    let prefill_steps = fourth.iter().filter(|s| s.1 > 0).count();
+    let prefill_when_throttled = fourth.iter().filter(|s| s.5 && s.4 > 0).count();
+    let prefill_steps = fourth.iter().filter(|s| s.4 > 0).count();
     assert!(
         (prefill_when_throttled as f64) < 0.2 * prefill_steps as f64,
         "{prefill_when_throttled} of {prefill_steps} prefill steps were throttled ones"
