@@ -448,6 +448,16 @@ impl EngineSlot {
         }
     }
 
+    /// When the engine can next step: a working engine at its clock (taking what reached it by
+    /// then), an idle or blocked one when its next request reaches it; `None` with neither.
+    fn next_step_s(&self) -> Option<f64> {
+        if self.core.has_work() && !self.blocked {
+            Some(self.clock_s)
+        } else {
+            self.pending.front().map(|p| p.add_s.max(self.clock_s))
+        }
+    }
+
     /// A dummy batch in a lockstep forward starting at `start_s` (vLLM:
     /// `execute_dummy_batch`): its GPU is busy for the forward and its next batch starts after.
     fn run_dummy_batch(
@@ -544,14 +554,7 @@ impl Engines {
     pub(crate) fn requeue(&mut self, e: usize) {
         let slot = &mut self.slots[e];
         slot.queue_generation = slot.queue_generation.wrapping_add(1);
-        // A working engine steps at its clock (taking what reached it by then); an idle or
-        // blocked one when its next request reaches it.
-        let next_s = if slot.core.has_work() && !slot.blocked {
-            Some(slot.clock_s)
-        } else {
-            slot.pending.front().map(|p| p.add_s.max(slot.clock_s))
-        };
-        if let Some(t) = next_s {
+        if let Some(t) = slot.next_step_s() {
             self.next_step
                 .push(Reverse((TimeKey(t), e, slot.queue_generation)));
         }
@@ -1082,14 +1085,8 @@ fn step_lockstep(
     let (mut max_tokens, mut min_tokens, mut sum_tokens) = (0u64, u64::MAX, 0u64);
     for e in group.clone() {
         let slot = &mut engines.slots[e];
-        // Ready by the forward's start: a working engine at its clock, an idle one when its
-        // next request reaches it.
-        let ready_s = if slot.core.has_work() && !slot.blocked {
-            Some(slot.clock_s)
-        } else {
-            slot.pending.front().map(|p| p.add_s.max(slot.clock_s))
-        }
-        .filter(|&r| r <= start_s);
+        // Ready by the forward's start.
+        let ready_s = slot.next_step_s().filter(|&r| r <= start_s);
         if let Some(r) = ready_s {
             enter_due(slot, e, r.max(t), observer, workload, &mut engines.entered);
         }
