@@ -184,7 +184,7 @@ impl Prepared {
                 let mut b =
                     ReportBuilder::new(Slo::default()).with_arrivals(&cfg.workload.arrivals);
                 twin_sim::run(&cfg, startup, &mut b)?;
-                let r = b.finish(cfg.data_parallel_size);
+                let r = b.finish();
                 Ok(targets
                     .iter()
                     .map(|t| {

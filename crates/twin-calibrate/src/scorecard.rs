@@ -270,7 +270,7 @@ fn simulate_run(s: &RunSetup, cal: &CostCalibration) -> Result<twin_sim::Report,
     cfg.calibration = *cal;
     let mut b = ReportBuilder::new(Slo::default()).with_workload(&cfg.workload);
     twin_sim::run(&cfg, &s.startup, &mut b)?;
-    Ok(b.finish(cfg.data_parallel_size))
+    Ok(b.finish())
 }
 
 /// A published metric read off a report, with its unit.

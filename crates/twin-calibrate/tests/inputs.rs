@@ -168,7 +168,7 @@ fn timeline(model_args: &str, num_requests: usize) -> String {
         &mut twin_sim::observe::Tee(vec![&mut b, &mut m]),
     )
     .unwrap();
-    let r = b.finish(1);
+    let r = b.finish();
     m.scrapes_openmetrics(r.duration_s)
 }
 

@@ -44,7 +44,7 @@ fn run(workload: &str, extra: &str, scrape_every_s: Option<f64>) -> (Report, Opt
         }
         twin_sim::run(&a.config, &startup, &mut Tee(obs)).unwrap();
     }
-    let report = builder.finish(1);
+    let report = builder.finish();
     let timeline = metrics.map(|mut m| m.scrapes_openmetrics(report.duration_s));
     (report, timeline)
 }

@@ -25,7 +25,7 @@ fn main() {
         let mut tee = Tee(vec![&mut b, &mut m]);
         twin_sim::run(&a.config, &startup, &mut tee).expect("run");
     }
-    let r = b.finish(a.config.data_parallel_size);
+    let r = b.finish();
     eprintln!(
         "twin: ttft p95 {:.3} itl p99 {:.3} p50 {:.3} tpot {:.3} queue {:.3} prefill {:.3} preempt {} kv {:.2} running peak {} waiting mean {:.1} finish {:?}",
         r.ttft_s.p95, r.itl_s.p99, r.itl_s.p50, r.tpot_s.mean, r.queue_s.mean, r.prefill_s.mean, r.num_preemptions,

@@ -129,7 +129,7 @@ fn simulate(args: &[String], slo: Slo) -> Result<Report, SimError> {
     let startup = twin_sim::startup(&a.config)?;
     let mut b = ReportBuilder::new(slo);
     twin_sim::run(&a.config, &startup, &mut b)?;
-    Ok(b.finish(a.config.data_parallel_size))
+    Ok(b.finish())
 }
 
 /// Simulations by argv: one change offered by several findings is run, and judged, once.

@@ -24,7 +24,7 @@ fn main() {
         let t0 = Instant::now();
         twin_sim::run(&a.config, &startup, &mut b).expect("runs");
         let secs = t0.elapsed().as_secs_f64();
-        let r = b.finish(1);
+        let r = b.finish();
         println!(
             "simulate n={n}: {secs:.2} s wall ({:.1} µs/request), {:.0} s simulated, {} steps, {:.0} output tok/s simulated",
             secs / n as f64 * 1e6,

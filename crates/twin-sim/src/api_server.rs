@@ -14,6 +14,16 @@ use twin_cost::frontend;
 /// vLLM's `VLLM_V1_OUTPUT_PROC_CHUNK_SIZE` default: outputs processed between yields.
 const OUTPUT_PROC_CHUNK_SIZE: usize = 128;
 
+/// A step's outputs at the API server.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Delivery {
+    /// When the API server began processing them: vLLM's `IterationStats` timestamp, which
+    /// its /metrics TTFT and E2E end at.
+    pub(crate) stamp_s: f64,
+    /// When their clients have them (the client's TTFT and E2E end here).
+    pub(crate) seen_s: f64,
+}
+
 /// One engine's share of the API-server processes.
 #[derive(Clone, Debug)]
 pub(crate) struct ApiServer {
@@ -39,11 +49,14 @@ impl ApiServer {
         }
     }
 
-    /// A step's `num_outputs` outputs reach the API server at `t_s`: when their clients have
-    /// them (vLLM's TTFT and E2E are stamped then; its inter-token latency is the engine's).
-    pub(crate) fn deliver(&mut self, t_s: f64, num_outputs: usize) -> f64 {
+    /// A step's `num_outputs` outputs reach the API server at `t_s`. (vLLM's inter-token
+    /// latency is the engine's: no delivery time enters it.)
+    pub(crate) fn deliver(&mut self, t_s: f64, num_outputs: usize) -> Delivery {
         if num_outputs == 0 {
-            return t_s;
+            return Delivery {
+                stamp_s: t_s,
+                seen_s: t_s,
+            };
         }
         // `AsyncLLM.output_handler` yields every `VLLM_V1_OUTPUT_PROC_CHUNK_SIZE` outputs.
         let merges = self.free_s > t_s && num_outputs <= OUTPUT_PROC_CHUNK_SIZE;
@@ -53,9 +66,13 @@ impl ApiServer {
         } else {
             num_outputs.div_ceil(self.stream_interval)
         };
-        let start_s = t_s.max(self.free_s);
-        self.free_s = start_s + frontend::step_outputs_s(num_outputs, chunks) / self.threads;
-        self.free_s
+        // `AsyncLLM.output_handler` stamps the step when it takes it off the engine's queue.
+        let stamp_s = t_s.max(self.free_s);
+        self.free_s = stamp_s + frontend::step_outputs_s(num_outputs, chunks) / self.threads;
+        Delivery {
+            stamp_s,
+            seen_s: self.free_s,
+        }
     }
 }
 
@@ -66,7 +83,7 @@ mod tests {
     #[test]
     fn one_stream_takes_the_measured_30_us() {
         let mut a = ApiServer::new(1, 1, 1);
-        let seen = a.deliver(1.0, 1);
+        let seen = a.deliver(1.0, 1).seen_s;
         assert!((seen - 1.0 - frontend::DETOKENIZE_S).abs() < 1e-15);
         assert!((frontend::DETOKENIZE_S - 30e-6).abs() < 1e-12);
     }
@@ -75,12 +92,12 @@ mod tests {
     fn a_thousand_streams_fall_behind_a_fast_engine() {
         let mut a = ApiServer::new(1, 1, 1);
         // ~20 ms of API-server work per step against a 10 ms engine step.
-        let first = a.deliver(0.0, 1000) - 0.0;
+        let first = a.deliver(0.0, 1000).seen_s - 0.0;
         assert!((0.019..0.021).contains(&first), "{first}");
         let mut lag_s = Vec::new();
         for k in 1..40 {
             let t = k as f64 * 0.010;
-            lag_s.push(a.deliver(t, 1000) - t);
+            lag_s.push(a.deliver(t, 1000).seen_s - t);
         }
         // Every step writes every chunk (more than one slice of outputs): the lag grows ~10 ms
         // a step.
@@ -92,15 +109,15 @@ mod tests {
         let lags: Vec<f64> = (0..200)
             .map(|k| {
                 let t = k as f64 * 0.0015;
-                small.deliver(t, 100) - t
+                small.deliver(t, 100).seen_s - t
             })
             .collect();
         assert!(lags.iter().all(|&l| l < 0.005), "{lags:?}");
         // More API servers, or chunks every 8 tokens, cut the work.
         let mut four = ApiServer::new(4, 1, 1);
-        assert!(four.deliver(0.0, 1000) < first / 3.9);
+        assert!(four.deliver(0.0, 1000).seen_s < first / 3.9);
         let mut sparse = ApiServer::new(1, 1, 8);
-        assert!(sparse.deliver(0.0, 1000) < first / 2.0);
+        assert!(sparse.deliver(0.0, 1000).seen_s < first / 2.0);
     }
 
     #[test]
@@ -110,8 +127,20 @@ mod tests {
         let mut lag = 0.0;
         for k in 0..100 {
             let t = k as f64 * 0.005;
-            lag = a.deliver(t, 1000) - t;
+            lag = a.deliver(t, 1000).seen_s - t;
         }
         assert!(lag > 0.05, "{lag}");
+    }
+
+    #[test]
+    fn metrics_stamp_a_step_when_the_server_takes_it_up() {
+        let mut a = ApiServer::new(1, 1, 1);
+        let first = a.deliver(0.0, 1000);
+        assert_eq!(first.stamp_s, 0.0);
+        // The next step arrives while the server is busy: stamped when it gets to it, seen
+        // after its own work.
+        let second = a.deliver(0.005, 1000);
+        assert_eq!(second.stamp_s, first.seen_s);
+        assert!(second.seen_s > second.stamp_s + 0.019, "{second:?}");
     }
 }

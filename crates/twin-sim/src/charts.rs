@@ -600,7 +600,7 @@ mod tests {
         let startup = crate::startup(&a.config).unwrap();
         let mut b = ReportBuilder::new(Slo::default());
         crate::run(&a.config, &startup, &mut b).unwrap();
-        let r = b.finish(1);
+        let r = b.finish();
         let with_ttft = r.seconds.iter().filter(|s| s.ttft_n > 0).count();
         assert_eq!(with_ttft, 6);
         assert!(r.seconds.len() > 40);

@@ -1271,10 +1271,12 @@ fn finish_step(
     if report.updated_step.is_some() {
         out_time = slot.timeline.pop_outputs(t);
         let outs = slot.core.outputs();
-        // When the API server has them: TTFT and E2E end there (the ITL is the engine's).
-        let seen_s = slot
+        // When the API server takes them up (/metrics' TTFT and E2E end there) and when the
+        // clients have them (theirs end there); the ITL is the engine's.
+        let delivery = slot
             .api_server
             .deliver(out_time, outs.outputs.len() + outs.num_coasting_tokens);
+        let seen_s = delivery.seen_s;
         // Coasts that ended: their tokens were counted as they came; catch up their state.
         for &(h, n) in &outs.coast_exits {
             if let Some(hot) = slot.decode.get_mut(h.index()).filter(|d| d.tracked) {
@@ -1327,6 +1329,7 @@ fn finish_step(
             };
             tr.times.last_token_s = hot.last_token_s;
             tr.times.num_generation_tokens = hot.num_generation_tokens as usize;
+            tr.times.stats_stamp_s = delivery.stamp_s;
             sample.num_preempted_events += tr.times.apply_events(&o.events);
             tr.times.apply_prefill_stats(o.prefill_stats);
             if let Some(timing) = tr.times.apply_new_tokens(toks.len(), out_time) {

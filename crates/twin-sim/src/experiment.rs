@@ -83,7 +83,7 @@ fn simulate_with(
                 let mut tee = Tee(vec![&mut b, &mut split]);
                 crate::run(&a.config, &startup, &mut tee)?;
             }
-            b.finish(a.config.data_parallel_size)
+            b.finish()
         }
         Some(f) => {
             let fc = crate::fleet::from_args(&argv, &a, f, read_file)?;
@@ -91,7 +91,7 @@ fn simulate_with(
                 let mut tee = Tee(vec![&mut b, &mut split]);
                 crate::fleet::run_fleet(&fc, Slo::default(), None, &mut tee)?
             };
-            let mut report = b.finish(fc.num_engines());
+            let mut report = b.finish();
             report.fleet = Some(crate::fleet::report::FleetReport::new(&fc, &outcome));
             report
         }

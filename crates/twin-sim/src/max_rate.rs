@@ -39,7 +39,7 @@ impl RateTarget<'_> {
                 fc.workload.arrivals = scaled(&fleet.workload.arrivals, factor);
                 let mut b = ReportBuilder::new(slo).with_workload(&fc.workload);
                 crate::fleet::run_fleet(&fc, slo, None, &mut b)?;
-                Ok(b.finish(fc.num_engines()))
+                Ok(b.finish())
             }
         }
     }
@@ -181,7 +181,7 @@ pub fn run_at_factor(
     cfg.workload.arrivals = scaled(&config.workload.arrivals, factor);
     let mut b = ReportBuilder::new(slo).with_workload(&cfg.workload);
     crate::run(&cfg, startup, &mut b)?;
-    Ok(b.finish(cfg.data_parallel_size))
+    Ok(b.finish())
 }
 
 fn probe(

@@ -216,11 +216,16 @@ impl Observer for MetricsObserver {
         &mut self,
         engine: usize,
         t: &RequestTimes,
-        frontend_s: f64,
+        _client_seen_s: f64,
         num_prompt_tokens: usize,
     ) {
         self.has_outputs[engine] = true;
-        t.record_first_token(&mut self.pending[engine], frontend_s, num_prompt_tokens);
+        // vLLM's TTFT ends when the API server takes the step up, not when the client has it.
+        t.record_first_token(
+            &mut self.pending[engine],
+            t.stats_stamp_s,
+            num_prompt_tokens,
+        );
     }
 
     fn on_inter_tokens(&mut self, engine: usize, itl_s: f64, count: usize, _t_s: f64) {
@@ -238,7 +243,8 @@ impl Observer for MetricsObserver {
             &mut self.pending[engine],
             &Finished {
                 reason: r.finish_reason,
-                e2e_s: r.e2e_s,
+                // Stamped as the TTFT is (`update_from_finished_request`).
+                e2e_s: r.times.stats_stamp_s - r.times.arrival_s,
                 num_prompt_tokens: r.num_prompt_tokens,
                 max_tokens_param: Some(r.max_tokens as u64),
             },

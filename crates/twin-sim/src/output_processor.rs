@@ -27,6 +27,9 @@ pub struct RequestTimes {
     pub first_token_s: Option<f64>,
     /// When the API server handed the first token to the client (its TTFT's end).
     pub first_token_seen_s: Option<f64>,
+    /// When the API server began processing the step that carried its latest output
+    /// (`IterationStats.iteration_timestamp`): vLLM's /metrics TTFT and E2E end here.
+    pub stats_stamp_s: f64,
     pub last_token_s: f64,
     pub num_generation_tokens: usize,
     pub num_preemptions: usize,

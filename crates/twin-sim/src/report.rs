@@ -75,11 +75,17 @@ pub struct ReportBuilder {
     steps_with_tokens: u64,
     steps_at_budget: u64,
     scheduled_tokens: u64,
-    kv_usage_sum: f64,
     kv_usage_max: f64,
     running_max: usize,
     waiting_max: usize,
-    waiting_sum: f64,
+    /// Each engine's time in service and gauges, by engine index.
+    engine_time: Vec<Option<EngineTime>>,
+    /// Each replica's engines (a replica leaving names no engine).
+    replica_engines: Vec<std::ops::Range<usize>>,
+    /// KV usage and waiting requests integrated over engine time (the gauges hold between
+    /// the steps that set them, as Prometheus sees vLLM's).
+    kv_usage_integral_s: f64,
+    waiting_integral_s: f64,
     gpu_busy_s: f64,
     /// HBM bytes and tensor FLOPs over their peaks, weighted by GPU-busy time.
     dram_active_s: f64,
@@ -102,6 +108,39 @@ pub struct ReportBuilder {
     timed_out: u64,
     offered_stages: Vec<twin_workload::Stage>,
     stages: Vec<StageAcc>,
+}
+
+/// One engine's time in service and the gauges its last stats left.
+#[derive(Clone, Debug, Default)]
+struct EngineTime {
+    up_s: f64,
+    /// When its replica left the endpoints (it drains after: its steps still count).
+    down_s: Option<f64>,
+    last_step_s: f64,
+    gauges_since_s: f64,
+    kv_cache_usage: f64,
+    num_waiting: f64,
+}
+
+impl EngineTime {
+    fn up(t_s: f64) -> Self {
+        EngineTime {
+            up_s: t_s,
+            gauges_since_s: t_s,
+            ..Default::default()
+        }
+    }
+
+    /// Its span in service within `[start_s, end_s]`: from coming up to leaving or its
+    /// last step, whichever is later.
+    fn span_s(&self, start_s: f64, end_s: f64) -> (f64, f64) {
+        let from = self.up_s.max(start_s);
+        let to = self
+            .down_s
+            .map_or(end_s, |d| d.max(self.last_step_s))
+            .min(end_s);
+        (from, to.max(from))
+    }
 }
 
 fn second(rows: &mut Vec<SecondRow>, t: f64) -> &mut SecondRow {
@@ -232,6 +271,14 @@ impl Observer for ReportBuilder {
     }
 
     fn on_replica_up(&mut self, up: &ReplicaUp<'_>) {
+        if self.engine_time.len() < up.engines.end {
+            self.engine_time.resize(up.engines.end, None);
+        }
+        self.engine_time[up.engines.clone()].fill(Some(EngineTime::up(up.t_s)));
+        if self.replica_engines.len() <= up.replica {
+            self.replica_engines.resize(up.replica + 1, 0..0);
+        }
+        self.replica_engines[up.replica] = up.engines.clone();
         if !up.serves_clients {
             if self.internal_engines.len() < up.engines.end {
                 self.internal_engines.resize(up.engines.end, false);
@@ -240,12 +287,25 @@ impl Observer for ReportBuilder {
         }
     }
 
+    fn on_replica_down(&mut self, replica: usize, t_s: f64) {
+        let engines = self.replica_engines.get(replica).cloned().unwrap_or(0..0);
+        for e in self.engine_time[engines].iter_mut().flatten() {
+            e.down_s = Some(t_s);
+        }
+    }
+
     fn on_dummy_batch(&mut self, _engine: usize, gpu_time_s: f64) {
         self.gpu_busy_s += gpu_time_s;
     }
 
-    fn on_step(&mut self, _engine: usize, s: &StepSample) {
+    fn on_step(&mut self, engine: usize, s: &StepSample) {
         self.steps += 1;
+        if self.engine_time.len() <= engine {
+            self.engine_time.resize(engine + 1, None);
+        }
+        // An engine no replica announced (a builder fed by hand) is taken as up from 0.
+        let et = self.engine_time[engine].get_or_insert_with(|| EngineTime::up(0.0));
+        et.last_step_s = et.last_step_s.max(s.t_s);
         self.last_event_s = self.last_event_s.max(s.t_s);
         if self.first_arrival_s.is_none() {
             self.first_arrival_s = Some(0.0);
@@ -270,12 +330,13 @@ impl Observer for ReportBuilder {
         }
         if let Some(st) = &s.stats {
             let waiting = st.num_waiting_reqs + st.num_skipped_waiting_reqs;
-            // Means are over the steps that ran tokens (their count is the divisor); a step
-            // that ran nothing (a P/D engine waiting on a transfer) counts toward peaks only.
-            if s.num_scheduled_tokens > 0 {
-                self.kv_usage_sum += st.kv_cache_usage;
-                self.waiting_sum += waiting as f64;
-            }
+            // The gauges held their last values since the engine's last stats.
+            let held_s = (s.t_s - et.gauges_since_s).max(0.0);
+            self.kv_usage_integral_s += et.kv_cache_usage * held_s;
+            self.waiting_integral_s += et.num_waiting * held_s;
+            et.gauges_since_s = s.t_s.max(et.gauges_since_s);
+            et.kv_cache_usage = st.kv_cache_usage;
+            et.num_waiting = waiting as f64;
             self.kv_usage_max = self.kv_usage_max.max(st.kv_cache_usage);
             self.running_max = self.running_max.max(st.num_running_reqs);
             self.waiting_max = self.waiting_max.max(waiting);
@@ -354,19 +415,21 @@ pub struct Report {
     pub output_tokens: Dist,
     pub finish_reasons: BTreeMap<&'static str, u64>,
     pub num_preemptions: u64,
+    /// Over the engines' time in service (`avg_over_time` of vLLM's gauge, averaged over
+    /// engines); the gauge holds between steps and an idle engine's is 0.
     pub kv_cache_usage_mean: f64,
     pub kv_cache_usage_peak: f64,
     pub num_running_peak: usize,
     pub num_waiting_peak: usize,
-    /// Mean over steps that reported stats.
+    /// Over the engines' time in service, as `kv_cache_usage_mean`.
     pub num_waiting_mean: f64,
     pub prefix_cache_hit_rate: f64,
     pub num_steps: u64,
     pub mean_tokens_per_step: f64,
     pub share_of_steps_at_token_budget: f64,
     pub computed_prompt_tokens: u64,
-    /// Share of the run a kernel was running (DCGM's GPU utilisation): near 100% whenever a
-    /// request is running at all, however light the step.
+    /// Share of the engines' time in service a kernel was running (DCGM's GPU utilisation):
+    /// near 100% whenever a request is running at all, however light the step.
     pub gpu_busy_share: f64,
     /// How hard the GPU worked: HBM bytes moved and tensor FLOPs over their peaks (DCGM's
     /// DRAM and tensor-pipe activity), over the run.
@@ -450,8 +513,22 @@ impl ReportBuilder {
         self.finished + self.rejected
     }
 
-    pub fn finish(mut self, num_engines: usize) -> Report {
-        let duration = (self.last_event_s - self.first_arrival_s.unwrap_or(0.0)).max(1e-9);
+    /// The report. GPU shares and the gauges' means are over the engines' time in service
+    /// (a replica counts from coming up to the end of its draining), so an autoscaled fleet's
+    /// are over the replicas it actually ran.
+    pub fn finish(mut self) -> Report {
+        let start_s = self.first_arrival_s.unwrap_or(0.0);
+        let duration = (self.last_event_s - start_s).max(1e-9);
+        let mut engine_s = 0.0;
+        for e in self.engine_time.iter().flatten() {
+            let (from, to) = e.span_s(start_s, self.last_event_s);
+            engine_s += to - from;
+            // The gauges hold their last values to the end of the span.
+            let held_s = (to - e.gauges_since_s.max(from)).max(0.0);
+            self.kv_usage_integral_s += e.kv_cache_usage * held_s;
+            self.waiting_integral_s += e.num_waiting * held_s;
+        }
+        let engine_s = if engine_s > 0.0 { engine_s } else { duration };
         for row in &mut self.seconds {
             if row.steps > 0 {
                 row.tokens_per_step_mean /= row.steps as f64;
@@ -473,7 +550,6 @@ impl ReportBuilder {
         }
         let stat_count = self.steps_with_tokens.max(1) as f64;
         let requests_per_s = self.finished as f64 / duration;
-        let engine_s = duration * num_engines.max(1) as f64;
         Report {
             duration_s: duration,
             num_finished: self.finished,
@@ -494,11 +570,11 @@ impl ReportBuilder {
             output_tokens: (&self.output_len).into(),
             finish_reasons: self.finish,
             num_preemptions: self.preemptions,
-            kv_cache_usage_mean: self.kv_usage_sum / stat_count,
+            kv_cache_usage_mean: self.kv_usage_integral_s / engine_s,
             kv_cache_usage_peak: self.kv_usage_max,
             num_running_peak: self.running_max,
             num_waiting_peak: self.waiting_max,
-            num_waiting_mean: self.waiting_sum / stat_count,
+            num_waiting_mean: self.waiting_integral_s / engine_s,
             prefix_cache_hit_rate: if self.prefix_queries > 0 {
                 self.prefix_hits as f64 / self.prefix_queries as f64
             } else {
@@ -694,5 +770,87 @@ impl Report {
             );
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use twin_engine::SchedulerStats;
+
+    use super::*;
+
+    fn up(b: &mut ReportBuilder, replica: usize, engines: std::ops::Range<usize>, t_s: f64) {
+        b.on_replica_up(&ReplicaUp {
+            replica,
+            pool: 0,
+            name: "vllm",
+            engines,
+            t_s,
+            serves_clients: true,
+        });
+    }
+
+    fn step(b: &mut ReportBuilder, engine: usize, t_s: f64, kv: f64, waiting: usize) {
+        b.on_step(
+            engine,
+            &StepSample {
+                t_s,
+                num_scheduled_tokens: 1,
+                stats: Some(SchedulerStats {
+                    kv_cache_usage: kv,
+                    num_waiting_reqs: waiting,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+    }
+
+    #[test]
+    fn gauge_means_weigh_each_value_by_how_long_it_held() {
+        let mut b = ReportBuilder::new(Slo::default());
+        up(&mut b, 0, 0..1, 0.0);
+        // 0 until t=1, then 80% for two seconds, then ten quick steps at 10% to t=4.
+        step(&mut b, 0, 1.0, 0.8, 4);
+        for k in 0..10 {
+            step(&mut b, 0, 3.0 + 0.1 * k as f64, 0.1, 0);
+        }
+        step(&mut b, 0, 4.0, 0.1, 0);
+        let r = b.finish();
+        // (0.8 × 2 + 0.1 × 1) / 4; a mean over steps would say (0.8 + 11 × 0.1) / 12.
+        assert!(
+            (r.kv_cache_usage_mean - 0.425).abs() < 1e-12,
+            "{}",
+            r.kv_cache_usage_mean
+        );
+        assert!(
+            (r.num_waiting_mean - 2.0).abs() < 1e-12,
+            "{}",
+            r.num_waiting_mean
+        );
+    }
+
+    #[test]
+    fn gpu_busy_is_over_the_replicas_time_in_service() {
+        let mut b = ReportBuilder::new(Slo::default());
+        up(&mut b, 0, 0..1, 0.0);
+        step(&mut b, 0, 1.0, 0.0, 0);
+        // A second replica serves from t=2, leaves at 3 and drains to its last step at 3.5.
+        up(&mut b, 1, 1..2, 2.0);
+        step(&mut b, 1, 2.5, 0.5, 0);
+        b.on_replica_down(1, 3.0);
+        step(&mut b, 1, 3.5, 0.0, 0);
+        step(&mut b, 0, 4.0, 0.0, 0);
+        b.on_dummy_batch(0, 2.0);
+        b.on_dummy_batch(1, 0.75);
+        let r = b.finish();
+        // 2.75 s busy over 4 + 1.5 engine-seconds (not over 4 s × the engines at the start).
+        assert!(
+            (r.gpu_busy_share - 0.5).abs() < 1e-12,
+            "{}",
+            r.gpu_busy_share
+        );
+        // The second replica's 50% held for 1 s of the 5.5.
+        assert!((r.kv_cache_usage_mean - 0.5 / 5.5).abs() < 1e-12);
     }
 }

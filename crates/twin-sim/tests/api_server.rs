@@ -19,7 +19,7 @@ fn run_args(args: &str) -> serde_json::Value {
     let startup = twin_sim::startup(&a.config).expect("start");
     let mut b = ReportBuilder::new(Slo::default());
     twin_sim::run(&a.config, &startup, &mut b).expect("run");
-    serde_json::to_value(b.finish(1)).expect("report json")
+    serde_json::to_value(b.finish()).expect("report json")
 }
 
 fn stat(r: &serde_json::Value, metric: &str, s: &str) -> f64 {
@@ -78,4 +78,54 @@ fn arrivals_faster_than_the_frontend_time_do_not_stall_a_busy_engine() {
     let itl = stat(&r, "itl_s", "p50");
     assert!(ttft < 0.030, "TTFT p50 {ttft} s");
     assert!(itl < 0.010, "ITL p50 {itl} s");
+}
+
+/// The last scrape's value of the first series starting with `prefix`.
+fn last_value(om: &str, prefix: &str) -> f64 {
+    om.lines()
+        .rev()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').nth(1).or_else(|| l.rsplit(' ').next()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{prefix} in the scrapes"))
+}
+
+#[test]
+fn metrics_stamp_latencies_when_the_api_server_takes_a_step_up() {
+    // vLLM's /metrics TTFT and E2E end at the `IterationStats` timestamp, taken when the
+    // output handler pulls the step off the engine's queue; the client has its tokens only
+    // after the step's ~20 ms of API work (and any backlog before it).
+    let argv: Vec<String> = "--model Qwen/Qwen3-4B --gpu b200 --max-concurrency 1024 \
+         --num-requests 3000 --input-len 100 --output-len 200"
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let a = parse_simulate_args(&argv, &|_| Err(String::new())).expect("args");
+    let startup = twin_sim::startup(&a.config).expect("start");
+    let mut m = twin_sim::metrics_bridge::MetricsObserver::new(&startup, "m", 1, false, Some(5.0));
+    let mut b = ReportBuilder::new(Slo::default());
+    {
+        let mut tee = twin_sim::observe::Tee(vec![&mut b, &mut m]);
+        twin_sim::run(&a.config, &startup, &mut tee).expect("run");
+    }
+    let r = b.finish();
+    let om = m.scrapes_openmetrics(r.duration_s);
+    let mean = |family: &str| {
+        last_value(&om, &format!("{family}_sum{{")) / last_value(&om, &format!("{family}_count{{"))
+    };
+    let ttft_metrics = mean("vllm:time_to_first_token_seconds");
+    let e2e_metrics = mean("vllm:e2e_request_latency_seconds");
+    assert!(
+        r.ttft_s.mean > ttft_metrics + 0.010,
+        "client TTFT {} s, /metrics {ttft_metrics} s",
+        r.ttft_s.mean
+    );
+    assert!(
+        r.e2e_s.mean > e2e_metrics + 0.010,
+        "client E2E {} s, /metrics {e2e_metrics} s",
+        r.e2e_s.mean
+    );
+    // The stamp is still after the engine's output: /metrics' TTFT is no shorter than the
+    // engine's prefill path (queue + prefill).
+    assert!(ttft_metrics > 0.0 && e2e_metrics > ttft_metrics);
 }

@@ -33,7 +33,7 @@ fn run_with(line: &str, by_request: bool) -> Run {
         let mut tee = Tee(vec![&mut b, &mut m]);
         twin_sim::run(&a.config, &startup, &mut tee).expect("run");
     }
-    let report = b.finish(a.config.data_parallel_size);
+    let report = b.finish();
     Run {
         json: serde_json::to_string_pretty(&report).expect("json"),
         metrics: m.recorder().encode_text(),

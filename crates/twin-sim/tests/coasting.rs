@@ -17,7 +17,7 @@ fn run(args: &str) -> (serde_json::Value, String) {
         let mut tee = Tee(vec![&mut b, &mut m]);
         twin_sim::run(&a.config, &startup, &mut tee).expect("run");
     }
-    let report = b.finish(a.config.data_parallel_size);
+    let report = b.finish();
     let om = m.scrapes_openmetrics(report.duration_s);
     (serde_json::to_value(&report).expect("report json"), om)
 }

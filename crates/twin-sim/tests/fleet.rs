@@ -34,7 +34,7 @@ fn fleet(args: &str, replicas: usize, kind: RouterKind) -> FleetConfig {
 fn run(fc: &FleetConfig) -> Report {
     let mut b = ReportBuilder::new(Slo::default());
     let outcome = run_fleet(fc, Slo::default(), None, &mut b).expect("fleet run");
-    let mut report = b.finish(fc.num_engines());
+    let mut report = b.finish();
     report.fleet = Some(FleetReport::new(fc, &outcome));
     report
 }
@@ -49,7 +49,7 @@ fn a_one_replica_fleet_is_a_plain_run() {
     let startup = twin_sim::startup(&a.config).unwrap();
     let mut b = ReportBuilder::new(Slo::default());
     twin_sim::run(&a.config, &startup, &mut b).unwrap();
-    let plain = serde_json::to_value(b.finish(1)).unwrap();
+    let plain = serde_json::to_value(b.finish()).unwrap();
     for kind in [RouterKind::RoundRobin, RouterKind::PrefixAware] {
         let mut f = serde_json::to_value(run(&fleet(args, 1, kind))).unwrap();
         let fleet_part = f.as_object_mut().unwrap().remove("fleet").unwrap();

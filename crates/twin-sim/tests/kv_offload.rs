@@ -25,7 +25,7 @@ fn run(extra: &str) -> (serde_json::Value, String) {
         let mut tee = Tee(vec![&mut b, &mut m]);
         twin_sim::run(&a.config, &startup, &mut tee).expect("run");
     }
-    let report = b.finish(1);
+    let report = b.finish();
     let text = twin_metrics::encode_text(&m.recorder().families());
     (serde_json::to_value(&report).expect("report json"), text)
 }
@@ -163,7 +163,7 @@ fn a_landed_load_does_not_wait_for_the_next_arrival() {
     let startup = twin_sim::startup(&a.config).expect("start");
     let mut b = ReportBuilder::new(Slo::default());
     twin_sim::run(&a.config, &startup, &mut b).expect("run");
-    let report = serde_json::to_value(b.finish(1)).expect("json");
+    let report = serde_json::to_value(b.finish()).expect("json");
     let p99 = report["ttft_s"]["p99"].as_f64().expect("ttft");
     assert!(
         p99 < 0.5,

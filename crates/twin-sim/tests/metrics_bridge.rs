@@ -23,7 +23,7 @@ fn run(args: &str) -> (String, twin_sim::Report) {
         let mut tee = Tee(vec![&mut b, &mut m]);
         twin_sim::run(&a.config, &startup, &mut tee).expect("run");
     }
-    let report = b.finish(a.config.data_parallel_size);
+    let report = b.finish();
     (m.scrapes_openmetrics(report.duration_s), report)
 }
 

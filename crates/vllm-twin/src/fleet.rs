@@ -111,7 +111,7 @@ pub fn run(
     };
     progress.bar.finish_and_clear();
     let wall_s = t0.elapsed().as_secs_f64();
-    let mut report = builder.finish(fc.num_engines());
+    let mut report = builder.finish();
     report.fleet = Some(FleetReport::new(&fc, &outcome));
     if let Some(pool) = fc.pools.first() {
         report.run = Some(twin_sim::run_info::RunInfo::new(
@@ -125,11 +125,20 @@ pub fn run(
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.render_text());
+        // An autoscaled fleet's count moved: say how far.
+        let counts = outcome.replica_count.iter().map(|&(_, n)| n);
+        let (fewest, most) = (
+            counts.clone().min().unwrap_or(fc.num_replicas()),
+            counts.max().unwrap_or(fc.num_replicas()),
+        );
+        let replicas = if fewest == most {
+            format!("{most}")
+        } else {
+            format!("{fewest} to {most}")
+        };
         println!(
-            "\n(simulated {:.1} s of traffic on {} replicas in {:.2} s of wall time)",
-            report.duration_s,
-            fc.num_replicas(),
-            wall_s
+            "\n(simulated {:.1} s of traffic on {replicas} replicas in {:.2} s of wall time)",
+            report.duration_s, wall_s
         );
     }
     if let Some(p) = &sim.metrics_out {

@@ -244,7 +244,7 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     }
     progress.bar.finish_and_clear();
     let wall_s = t0.elapsed().as_secs_f64();
-    let mut report = builder.finish(sim.config.data_parallel_size);
+    let mut report = builder.finish();
     report.run = Some(run_info);
     if sim.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -27,7 +27,7 @@ pub fn scenario(name: &str, args: &str) -> PathBuf {
         let mut tee = Tee(vec![&mut b, &mut m]);
         twin_sim::run(&a.config, &startup, &mut tee).expect("run");
     }
-    let r = b.finish(a.config.data_parallel_size);
+    let r = b.finish();
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("doctor-{name}.om"));
     std::fs::write(&path, m.scrapes_openmetrics(r.duration_s)).expect("write scrapes");
     path

@@ -1040,7 +1040,7 @@ pub fn run_fleet(
         .into_iter()
         .flatten()
         .map(|c| ReplicaOutcome {
-            report: c.builder.finish(c.num_engines),
+            report: c.builder.finish(),
             metrics: c.metrics,
             name: c.name,
             instance: c.instance,
@@ -1061,7 +1061,6 @@ struct ReplicaCollector {
     name: String,
     instance: String,
     pool: usize,
-    num_engines: usize,
 }
 
 /// Each replica's own report and /metrics: events routed by engine to their replica, with
@@ -1099,8 +1098,17 @@ impl Observer for PerReplica {
         for (rank, e) in up.engines.clone().enumerate() {
             self.engine[e] = (up.replica, rank);
         }
+        let mut builder = ReportBuilder::new(self.slo);
+        // Its own report counts its engines by DP rank, from when it came up; a prefill
+        // replica's row shows its own requests' latencies.
+        builder.on_replica_up(&ReplicaUp {
+            replica: 0,
+            engines: 0..*dp,
+            serves_clients: true,
+            ..up.clone()
+        });
         self.replicas[up.replica] = Some(ReplicaCollector {
-            builder: ReportBuilder::new(self.slo),
+            builder,
             metrics: self.metrics.as_ref().map(|m| {
                 crate::metrics_bridge::MetricsObserver::new(
                     startup,
@@ -1115,8 +1123,12 @@ impl Observer for PerReplica {
             name: up.name.to_string(),
             instance,
             pool: up.pool,
-            num_engines: *dp,
         });
+    }
+    fn on_replica_down(&mut self, replica: usize, t_s: f64) {
+        if let Some(c) = self.replicas.get_mut(replica).and_then(Option::as_mut) {
+            c.builder.on_replica_down(0, t_s);
+        }
     }
     fn on_first_token(&mut self, engine: usize, times: &RequestTimes, frontend_s: f64, n: usize) {
         let (c, rank) = self.at(engine);
