@@ -18,6 +18,7 @@ pub mod scorecard;
 pub mod scrapes;
 pub mod steps;
 pub mod svg;
+pub mod sweeps;
 
 /// Bytes of one input file read at most (a day of 15 s scrapes of one server is ~300 MB).
 pub const MAX_INPUT_BYTES: u64 = 1 << 30;

@@ -65,6 +65,8 @@ pub struct Scorecard {
     pub summaries: Vec<Summary>,
     /// Third-party end-to-end runs, simulated whole; no fit saw them.
     pub runs: Vec<RunScore>,
+    /// InferenceMAX's gpt-oss-120b sweeps (vLLM 0.13), simulated whole; no fit saw them.
+    pub sweeps: Vec<crate::sweeps::SweepScore>,
     /// The profile fitted on every point (what `calibrate` would make of them all).
     pub fitted_on_all: Vec<(String, f64)>,
 }
@@ -476,16 +478,41 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
             .unzip();
         summaries.push(summary(group.into(), &e, &c));
     }
+    let sweeps = crate::sweeps::score()?;
+    for metric in crate::sweeps::Medians::METRICS {
+        let e: Vec<f64> = sweeps.iter().map(|s| s.error(metric)).collect();
+        summaries.push(summary(
+            format!("InferenceMAX gpt-oss-120b sweeps: {metric}"),
+            &e,
+            &e,
+        ));
+    }
     Ok(Scorecard {
         points,
         summaries,
         runs,
+        sweeps,
         fitted_on_all: all
             .values()
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
             .collect(),
     })
+}
+
+/// The median of signed errors (the mean of the middle two for an even count).
+fn signed_median(errors: &[f64]) -> f64 {
+    let mut v = errors.to_vec();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n.is_multiple_of(2) {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    } else {
+        v[n / 2]
+    }
 }
 
 /// Median and p90 of a group's |errors| with the defaults (`e`) and held out (`loo`).
@@ -509,6 +536,41 @@ fn sig(v: f64) -> String {
 }
 
 impl Scorecard {
+    /// The sweeps by GPU and TP: each metric's median signed error over the configurations.
+    fn render_sweeps(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "| InferenceMAX gpt-oss-120b sweep, never fitted ({}): median signed error over 1k/1k, 1k/8k and 8k/1k | configs | concurrency | TTFT | TPOT | ITL | E2E |",
+            crate::sweeps::SOURCE
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        let mut groups: BTreeMap<(String, u32), Vec<&crate::sweeps::SweepScore>> = BTreeMap::new();
+        for w in &self.sweeps {
+            groups
+                .entry((w.config.gpu.clone(), w.config.tp))
+                .or_default()
+                .push(w);
+        }
+        for ((gpu, tp), ws) in groups {
+            let cells: Vec<String> = crate::sweeps::Medians::METRICS
+                .iter()
+                .map(|m| {
+                    let e: Vec<f64> = ws.iter().map(|w| w.error(m)).collect();
+                    format!("{:+.0}%", signed_median(&e) * 100.0)
+                })
+                .collect();
+            let concurrency = ws.iter().map(|w| w.config.concurrency);
+            let _ = writeln!(
+                s,
+                "| {gpu} TP{tp} | {} | {}–{} | {} |",
+                ws.len(),
+                concurrency.clone().min().unwrap_or(0),
+                concurrency.max().unwrap_or(0),
+                cells.join(" | ")
+            );
+        }
+    }
+
     /// The summary and every point as Markdown tables (docs/fidelity.md holds this output).
     pub fn render_markdown(&self) -> String {
         let mut s = String::new();
@@ -575,6 +637,8 @@ impl Scorecard {
                 r.error() * 100.0
             );
         }
+        let _ = writeln!(s);
+        self.render_sweeps(&mut s);
         let _ = writeln!(s);
         let terms: Vec<String> = self
             .fitted_on_all

@@ -71,6 +71,19 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         .filter(|r| r.predicted_calibrated.is_some())
         .count();
     assert_eq!(with_sibling, 14 * 3 + 13, "{:?}", card.runs);
+    // InferenceMAX's sweeps: 150 configurations, each measured twice, all simulated.
+    assert_eq!(card.sweeps.len(), 150);
+    assert!(
+        card.sweeps.iter().all(|w| w.num_runs == 2),
+        "{:?}",
+        card.sweeps
+    );
+    for w in &card.sweeps {
+        for m in twin_calibrate::sweeps::Medians::METRICS {
+            let p = w.predicted.get(m);
+            assert!(p.is_finite() && p > 0.0, "{w:?}");
+        }
+    }
     let itl = card
         .summaries
         .iter()

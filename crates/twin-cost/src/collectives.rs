@@ -6,13 +6,19 @@
 //! Hopper and Blackwell, for TP 2/4/8 up to `FI_ALLREDUCE_FUSION_MAX_SIZE_MB`), then vLLM's own
 //! custom kernel (`CustomAllreduce.should_custom_ar`: fully connected groups or PCIe pairs, under
 //! `max_size`; `--disable-custom-all-reduce` turns only this one off), then NCCL. The bandwidth
-//! part (`2(n-1)/n · bytes / link`) stays in the roofline; torch symmetric memory, which takes
-//! some of Hopper's larger messages, is costed as NCCL (those are bandwidth-bound).
+//! part stays in the roofline, with the bytes each GPU moves ([`allreduce_link_bytes`]): a
+//! one-shot kernel reads every peer's whole buffer, a two-shot one or NCCL's ring
+//! `2(n-1)/n` of it; torch symmetric memory, which takes some of Hopper's larger messages, is
+//! costed as NCCL (those are bandwidth-bound).
 //!
 //! Sources (latencies read from public benchmark tables, less the bandwidth part):
 //! - [P] one-shot kernels on H100: vLLM PR #24111 (`ca_1stage` at 0.5 MB: 7 / 10 / 13 µs at TP
-//!   2 / 4 / 6 → 5.5 µs at TP2 + 1.3 µs per further GPU); FlashInfer's TRT-LLM / MNNVL one-shot
-//!   at TP2 6.98 / 6.07 µs (FlagGems-vllm PR #773); NCCL NVLS at TP2 5.6-6 µs (NVIDIA/nccl #1259).
+//!   2 / 4 / 6, less the one-shot's own reads of (n-1) × 0.5 MB at 80% of NVLink's 450 GB/s:
+//!   5.54 / 5.63 / 5.72 µs → 5.5 µs at TP2 + 0.05 µs per further GPU; read with the ring's
+//!   `2(n-1)/n` bytes instead, as until 2026-12-05, the same table had said + 1.3 µs per GPU,
+//!   and InferenceMAX's gpt-oss-120b sweeps, whose decode time barely moves from TP2 to TP8,
+//!   say the smaller growth); FlashInfer's TRT-LLM / MNNVL one-shot at TP2 6.98 / 6.07 µs
+//!   (FlagGems-vllm PR #773); NCCL NVLS at TP2 5.6-6 µs (NVIDIA/nccl #1259).
 //! - [P] vLLM's custom all-reduce on A100 at 4 KB (SGLang PR #2688): 11.3 / 12.1 / 14.2 µs at TP
 //!   2 / 4 / 8 → 11.3 µs + 0.5 µs per further GPU (eager timings: an upper bound under graphs).
 //! - [P] NCCL on NVSwitch H100 (graph or small messages): 5.8 µs at TP2 (nccl #1259), 17 / 23 µs
@@ -35,8 +41,8 @@ const CUSTOM_ALLREDUCE_WORLD_SIZES: [u32; 4] = [2, 4, 6, 8];
 
 /// [P] One-shot all-reduce at TP2 on Hopper and Blackwell (PR #24111, FlagGems-vllm #773).
 pub const ONE_SHOT_TP2_LATENCY_S_HOPPER: f64 = 5.5e-6;
-/// [P] Each further GPU of a Hopper TP group (PR #24111, TP 2 → 6).
-pub const ONE_SHOT_PER_GPU_LATENCY_S_HOPPER: f64 = 1.3e-6;
+/// [P] Each further GPU of a Hopper TP group (PR #24111, TP 2 → 6, its reads taken out).
+pub const ONE_SHOT_PER_GPU_LATENCY_S_HOPPER: f64 = 0.05e-6;
 /// [P] vLLM's custom all-reduce at TP2 on Ampere (SGLang PR #2688, A100).
 pub const ONE_SHOT_TP2_LATENCY_S_AMPERE: f64 = 11.3e-6;
 /// [P] Each further GPU of an Ampere TP group (same table, TP 2 → 8).
@@ -105,6 +111,28 @@ pub fn allreduce_kernel(
         AllReduceKernel::Custom
     } else {
         AllReduceKernel::Nccl
+    }
+}
+
+/// Bytes each GPU moves over its link for one all-reduce of `message_bytes` over `tp` GPUs.
+/// vLLM's custom kernel runs one stage (every rank reads each peer's whole buffer) for two GPUs,
+/// under 512 KiB at up to four and under 256 KiB at up to eight (`CustomAllreduce::allreduce`
+/// in `custom_all_reduce.cuh`), else two (reduce-scatter + all-gather, a ring's bytes);
+/// FlashInfer's one-shot / two-shot switch is taken to be the same [U]; NCCL is a ring.
+pub fn allreduce_link_bytes(kernel: AllReduceKernel, tp: u32, message_bytes: f64) -> f64 {
+    let n = f64::from(tp.max(1));
+    let one_stage = match kernel {
+        AllReduceKernel::Nccl => false,
+        AllReduceKernel::FlashInfer | AllReduceKernel::Custom => {
+            tp == 2
+                || (tp <= 4 && message_bytes < 512.0 * 1024.0)
+                || (tp <= 8 && message_bytes < 256.0 * 1024.0)
+        }
+    };
+    if one_stage {
+        (n - 1.0) * message_bytes
+    } else {
+        2.0 * (n - 1.0) / n * message_bytes
     }
 }
 
@@ -194,10 +222,19 @@ mod tests {
         let a100 = gpu::lookup("a100").unwrap();
         let one_shot = |g, tp| us(allreduce_latency_s(g, tp, AllReduceKernel::Custom));
         let nccl = |g, tp| us(allreduce_latency_s(g, tp, AllReduceKernel::Nccl));
-        // PR #24111 less the bandwidth part: ~5.5 / 7.8 / 10.6 µs at TP 2 / 4 / 6.
-        assert!((one_shot(h100, 2) - 5.5).abs() < 0.1);
-        assert!((one_shot(h100, 4) - 7.8).abs() < 0.3);
-        assert!((one_shot(h100, 6) - 10.6).abs() < 0.5);
+        // PR #24111 less the one-shot's reads: ~5.5 / 5.6 / 5.7 µs at TP 2 / 4 / 6.
+        // (`ca_1stage`: one stage forced, each GPU reading its peers' 0.5 MB.)
+        let reads_s = |tp: u32| {
+            f64::from(tp - 1) * 0.5 * MIB
+                / (h100.group_link_bandwidth_bytes_per_s(tp) * crate::roofline::LINK_EFFICIENCY)
+        };
+        for (tp, measured_us) in [(2, 7.0), (4, 10.0), (6, 13.0)] {
+            let modelled = one_shot(h100, tp) + us(reads_s(tp));
+            assert!(
+                (modelled - measured_us).abs() < 0.2,
+                "tp {tp}: {modelled} µs"
+            );
+        }
         assert_eq!(
             allreduce_latency_s(h100, 4, AllReduceKernel::FlashInfer),
             allreduce_latency_s(h100, 4, AllReduceKernel::Custom)
@@ -219,6 +256,12 @@ mod tests {
             }
             for (small, large) in [(2, 4), (4, 6), (6, 8)] {
                 assert!(one_shot(g, small) < one_shot(g, large));
+                // A small message crosses the link once per peer in one stage, a large one
+                // twice in two.
+                let one = allreduce_link_bytes(AllReduceKernel::Custom, large, 64.0 * KIB);
+                assert_eq!(one, f64::from(large - 1) * 64.0 * KIB);
+                let two = allreduce_link_bytes(AllReduceKernel::Custom, large, 4.0 * MIB);
+                assert!(two < 2.0 * 4.0 * MIB && two > 4.0 * MIB, "{two}");
                 assert!(nccl(g, small) < nccl(g, large));
             }
         }

@@ -11,7 +11,9 @@
 //! - LM head + sampler over the sampled rows; TP all-reduce `2 * layers * (a + 2(n-1)/n * bytes / link)`;
 //! - launch overhead by graph mode, host overhead (hidden by async scheduling), drafting.
 
-use crate::collectives::{allreduce_kernel, allreduce_latency_s, AllReduceKernel};
+use crate::collectives::{
+    allreduce_kernel, allreduce_latency_s, allreduce_link_bytes, AllReduceKernel,
+};
 use crate::error::CostError;
 use crate::gpu::GpuSpec;
 use crate::memory_plan::{
@@ -1220,7 +1222,8 @@ impl CostModel {
                 AllReduceKernel::Nccl => self.nccl_latency_s,
                 AllReduceKernel::FlashInfer | AllReduceKernel::Custom => self.one_shot_latency_s,
             };
-            let ar = latency_s + 2.0 * (n - 1.0) / n * message_bytes / self.allreduce_bw;
+            let ar = latency_s
+                + allreduce_link_bytes(kernel, self.tp, message_bytes) / self.allreduce_bw;
             // The logits gather (`LogitsProcessor._gather_logits`) is a pynccl collective.
             let gather =
                 self.nccl_latency_s + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
