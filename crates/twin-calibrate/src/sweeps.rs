@@ -173,30 +173,43 @@ pub fn simulate_args(c: &SweepConfig) -> Result<String, SimError> {
     Ok(a)
 }
 
+/// The simulation of `c`: its config and engine start-up.
+pub fn set_up(c: &SweepConfig) -> Result<(twin_sim::SimConfig, twin_sim::Startup), SimError> {
+    let args = simulate_args(c)?;
+    let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+    let a = twin_sim::engine_args::parse_simulate_args(&argv, &|p| {
+        Err(format!("the scorecard reads no files ({p})"))
+    })?;
+    let startup = twin_sim::startup(&a.config)?;
+    Ok((a.config, startup))
+}
+
+/// The medians a run of `c` predicts under `cal`.
+pub fn predict(c: &SweepConfig, cal: &twin_cost::CostCalibration) -> Result<Medians, SimError> {
+    let (mut config, startup) = set_up(c)?;
+    config.calibration = *cal;
+    let mut b = ReportBuilder::new(Slo::default()).with_workload(&config.workload);
+    twin_sim::run(&config, &startup, &mut b)?;
+    let r = b.finish();
+    Ok(Medians {
+        ttft_ms: r.ttft_s.p50 * 1e3,
+        tpot_ms: r.tpot_s.p50 * 1e3,
+        itl_ms: r.itl_s.p50 * 1e3,
+        e2e_ms: r.e2e_s.p50 * 1e3,
+    })
+}
+
 /// Simulate every configuration with the cost model's defaults.
 pub fn score() -> Result<Vec<SweepScore>, SimError> {
     published()?
         .into_iter()
         .map(|(config, num_runs, published)| {
-            let args = simulate_args(&config)?;
-            let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
-            let a = twin_sim::engine_args::parse_simulate_args(&argv, &|p| {
-                Err(format!("the scorecard reads no files ({p})"))
-            })?;
-            let startup = twin_sim::startup(&a.config)?;
-            let mut b = ReportBuilder::new(Slo::default()).with_workload(&a.config.workload);
-            twin_sim::run(&a.config, &startup, &mut b)?;
-            let r = b.finish();
+            let predicted = predict(&config, &twin_cost::CostCalibration::default())?;
             Ok(SweepScore {
                 config,
                 num_runs,
                 published,
-                predicted: Medians {
-                    ttft_ms: r.ttft_s.p50 * 1e3,
-                    tpot_ms: r.tpot_s.p50 * 1e3,
-                    itl_ms: r.itl_s.p50 * 1e3,
-                    e2e_ms: r.e2e_s.p50 * 1e3,
-                },
+                predicted,
             })
         })
         .collect()

@@ -55,7 +55,7 @@ pub use model::{from_hf_config_json, ModelSpec};
 pub use precision::{KvCacheDtype, WeightFormat};
 pub use profile::{CalibrationProfile, CostCalibration, ProfileError, PROFILE_SCHEMA};
 pub use roofline::{
-    BatchShape, CostModel, DecodeGroup, DpTokens, GraphMode, SeqChunk, StepBreakdown, StepCost,
-    Utilisation,
+    BatchShape, CostModel, DecodeGroup, DpStep, DpTokens, GraphMode, SeqChunk, StepBreakdown,
+    StepCost, Utilisation,
 };
 pub use spec_decode::{SpecDecodeConfig, SpecMethod};

@@ -442,6 +442,38 @@ pub struct DpTokens {
     pub fewest_run: u64,
 }
 
+/// The tokens of one lockstep forward of an MoE model's data-parallel engines: each engine's
+/// own (a dummy batch's for one with nothing scheduled), padded to the largest when every
+/// batch fits a CUDA graph (vLLM: `sync_cudagraph_and_dp_padding`). From
+/// [`CostModel::dp_step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DpStep {
+    pads: bool,
+    max_run: u64,
+    min_run: u64,
+    sum_run: u64,
+    num_engines: u64,
+}
+
+impl DpStep {
+    /// What the engine that brought `own` tokens runs in this forward.
+    pub fn for_engine(&self, own: u64) -> DpTokens {
+        if self.pads {
+            DpTokens {
+                local_run: self.max_run,
+                across_dp: self.max_run * self.num_engines,
+                fewest_run: self.max_run,
+            }
+        } else {
+            DpTokens {
+                local_run: own,
+                across_dp: self.sum_run,
+                fewest_run: self.min_run,
+            }
+        }
+    }
+}
+
 /// Precomputed per-(model, GPU, config) constants; `step_time_s` is pure arithmetic on them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostModel {
@@ -705,6 +737,20 @@ impl CostModel {
             Some(s) => Some(Self::draft_consts(model, gpu, cfg, s)?),
             None => None,
         };
+        // A calibration's negative step overhead beyond the host time every step exposes
+        // comes off the step's fixed GPU time: the kernel floors, then the MoE layers'
+        // overhead (a deployment whose kernels are quicker than the defaults).
+        let always_exposed_s = HOST_EXPOSED_STEP_S
+            + if cfg.async_scheduling {
+                ASYNC_SCHEDULING_GAP_S
+            } else {
+                HOST_STEP_BASE_S
+            };
+        let floor_cut_s = (-(cal.step_overhead_s + always_exposed_s)).max(0.0);
+        let floors_s = kernels * KERNEL_LATENCY_FLOOR_S;
+        let moe_overhead_s = moe_layers * MOE_LAYER_OVERHEAD_S;
+        let fixed_layers_s = (floors_s - floor_cut_s).max(0.0);
+        let moe_overhead_s = (moe_overhead_s - (floor_cut_s - floors_s).max(0.0)).max(0.0);
 
         Ok(CostModel {
             gpu: gpu.clone(),
@@ -762,8 +808,8 @@ impl CostModel {
             lm_head_params: model.lm_head_params() as f64 / t,
             lm_head_peak: achievable_flops(gpu, WeightFormat::Bf16) * cal.gemm,
             elementwise_bytes_per_token: elementwise,
-            fixed_layers_s: kernels * KERNEL_LATENCY_FLOOR_S,
-            moe_overhead_s: moe_layers * MOE_LAYER_OVERHEAD_S,
+            fixed_layers_s,
+            moe_overhead_s,
             dp_size: dp_lockstep,
             // `AgRsAll2AllManager`: `all_gatherv` / `reduce_scatterv` over the DP group (one GPU
             // per engine; `_get_comm_group`), through pynccl. [U] an all-reduce's latency each.
@@ -960,21 +1006,27 @@ impl CostModel {
             return self.step_time_s(batch);
         }
         let own = batch.total_tokens().max(1);
-        let dummy = self.dummy_batch_tokens();
-        let peers = u64::from(self.dp_size - 1);
-        let (local_run, peer_run) = if self.dp_pads_to(own.max(dummy)) {
-            (own.max(dummy), own.max(dummy))
-        } else {
-            (own, dummy)
-        };
-        self.step_time_s_across_dp(
-            batch,
-            DpTokens {
-                local_run,
-                across_dp: local_run + peers * peer_run,
-                fewest_run: local_run.min(peer_run),
-            },
-        )
+        let peers = std::iter::repeat_n(self.dummy_batch_tokens(), self.dp_size as usize - 1);
+        let step = self.dp_step(std::iter::once(own).chain(peers));
+        self.step_time_s_across_dp(batch, step.for_engine(own))
+    }
+
+    /// One lockstep forward of engines that bring `tokens` each (in any order).
+    pub fn dp_step(&self, tokens: impl IntoIterator<Item = u64>) -> DpStep {
+        let (mut max_run, mut min_run, mut sum_run, mut num_engines) = (0, u64::MAX, 0, 0);
+        for t in tokens {
+            max_run = max_run.max(t);
+            min_run = min_run.min(t);
+            sum_run += t;
+            num_engines += 1;
+        }
+        DpStep {
+            pads: self.dp_pads_to(max_run),
+            max_run,
+            min_run: if num_engines == 0 { 0 } else { min_run },
+            sum_run,
+            num_engines,
+        }
     }
 
     /// Tokens an engine's dummy batch runs: one decode's (1 + speculative tokens; vLLM:

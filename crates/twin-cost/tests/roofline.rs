@@ -537,3 +537,41 @@ fn data_parallel_moe_steps_share_the_moe_layers_and_pay_their_dispatch() {
         "experts sharded over both engines' GPUs"
     );
 }
+
+#[test]
+fn a_negative_step_overhead_takes_host_time_then_kernel_floors() {
+    let m = model::lookup("openai/gpt-oss-120b").unwrap();
+    let g = gpu::lookup("h100").unwrap();
+    let cfg = ServeConfig {
+        tensor_parallel_size: 4,
+        async_scheduling: true,
+        ..ServeConfig::default()
+    }
+    .resolve(&m, g)
+    .unwrap();
+    let step = |overhead_s: f64| {
+        let cal = CostCalibration {
+            step_overhead_s: overhead_s,
+            ..CostCalibration::default()
+        };
+        CostModel::with_calibration(&m, g, &cfg, &cal)
+            .unwrap()
+            .step_time_s(&decode_batch(4, 1000))
+    };
+    let base = step(0.0);
+    let exposed = base.breakdown.host_exposed_s;
+    // Down to minus the host time every step exposes, only the host part moves.
+    let no_host = step(-exposed);
+    assert!(no_host.breakdown.host_exposed_s.abs() < 1e-12);
+    assert_eq!(no_host.breakdown.fixed_gpu_s, base.breakdown.fixed_gpu_s);
+    assert!((base.step_time_s - no_host.step_time_s - exposed).abs() < 1e-9);
+    // A millisecond more comes off the kernel floors: the step is that much quicker.
+    let quicker = step(-exposed - 1e-3);
+    assert!((no_host.step_time_s - quicker.step_time_s - 1e-3).abs() < 1e-9);
+    assert!((base.breakdown.fixed_gpu_s - quicker.breakdown.fixed_gpu_s - 1e-3).abs() < 1e-9);
+    // Past the floors and the MoE layers' overhead nothing is left to take: the weights and
+    // the all-reduces still cost what they cost.
+    let floor = step(-1.0);
+    assert_eq!(floor.step_time_s, step(-0.5).step_time_s);
+    assert!(floor.step_time_s > base.breakdown.tp_allreduce_s + base.breakdown.linear_s);
+}

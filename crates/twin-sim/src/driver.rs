@@ -6,8 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Range;
 use twin_cost::{
-    BatchShape, CostModel, DpTokens, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod,
-    StepCost,
+    BatchShape, CostModel, GpuSpec, MemoryPlan, ModelSpec, ServeConfig, SpecMethod, StepCost,
 };
 use twin_engine::sched::offload::OffloadWorker;
 use twin_engine::synthetic::{SyntheticModelRunner, TokenPlan};
@@ -1040,15 +1039,10 @@ fn step_lockstep(
         .fold(0.0, f64::max);
     let start_s = t.max(gpus_free_s);
     let dummy_s = if gpus_free_s < t {
-        let slot = &engines.slots[group.start];
-        let n = slot.cost.dummy_batch_tokens();
-        let tokens = DpTokens {
-            local_run: n,
-            across_dp: n * group.len() as u64,
-            fewest_run: n,
-        };
-        slot.cost
-            .step_time_s_across_dp(&BatchShape::new(), tokens)
+        let cost = &engines.slots[group.start].cost;
+        let n = cost.dummy_batch_tokens();
+        let all_dummies = cost.dp_step(std::iter::repeat_n(n, group.len()));
+        cost.step_time_s_across_dp(&BatchShape::new(), all_dummies.for_engine(n))
             .step_time_s
     } else {
         0.0
@@ -1082,7 +1076,6 @@ fn step_lockstep(
     // `sync_cudagraph_and_dp_padding`: each engine's tokens (a dummy batch runs a decode's
     // worth), padded to the largest when every engine's batch fits a CUDA graph.
     let dummy_tokens = engines.slots[group.start].cost.dummy_batch_tokens();
-    let (mut max_tokens, mut min_tokens, mut sum_tokens) = (0u64, u64::MAX, 0u64);
     for e in group.clone() {
         let slot = &mut engines.slots[e];
         // Ready by the forward's start.
@@ -1097,41 +1090,25 @@ fn step_lockstep(
             p.sample.prefills_throttled = throttle;
             p
         });
-        let tokens = match &p {
-            Some(p) if p.runs_batch => slot.batch.total_tokens(),
-            _ => dummy_tokens,
-        };
-        max_tokens = max_tokens.max(tokens);
-        min_tokens = min_tokens.min(tokens);
-        sum_tokens += tokens;
         planned.push(p);
     }
-    let pads = engines.slots[group.start].cost.dp_pads_to(max_tokens);
-    let (across_dp, fewest_run) = if pads {
-        (max_tokens * group.len() as u64, max_tokens)
-    } else {
-        (sum_tokens, min_tokens)
-    };
+    // Each engine's batch, its own or a dummy one, and its tokens.
     let dummy = BatchShape::new();
+    let batch_of = |p: &Option<PlannedStep>, slot| lockstep_batch(p, slot, &dummy, dummy_tokens);
+    let dp_step = engines.slots[group.start].cost.dp_step(
+        group
+            .clone()
+            .enumerate()
+            .map(|(i, e)| batch_of(&planned[i], &engines.slots[e]).1),
+    );
     let mut step_s = 0.0f64;
     let mut gpu_s = 0.0f64;
     for (i, e) in group.clone().enumerate() {
         let slot = &engines.slots[e];
-        let runs = matches!(&planned[i], Some(p) if p.runs_batch);
-        let batch = if runs { &slot.batch } else { &dummy };
-        let own = if runs {
-            batch.total_tokens()
-        } else {
-            dummy_tokens
-        };
-        let c = slot.cost.step_time_s_across_dp(
-            batch,
-            DpTokens {
-                local_run: if pads { max_tokens } else { own },
-                across_dp,
-                fewest_run,
-            },
-        );
+        let (batch, own) = batch_of(&planned[i], slot);
+        let c = slot
+            .cost
+            .step_time_s_across_dp(batch, dp_step.for_engine(own));
         step_s = step_s.max(c.step_time_s);
         gpu_s = gpu_s.max(c.gpu_time_s);
         if let Some(p) = planned[i].as_mut().filter(|p| p.runs_batch) {
@@ -1169,6 +1146,20 @@ fn step_lockstep(
     let running = group.clone().any(|e| engines.slots[e].core.has_work());
     engines.groups[group_index].running = running;
     finished_total
+}
+
+/// An engine's part of a lockstep forward: its planned batch, or the dummy one, and its
+/// tokens.
+fn lockstep_batch<'a>(
+    planned: &Option<PlannedStep>,
+    slot: &'a EngineSlot,
+    dummy: &'a BatchShape,
+    dummy_tokens: u64,
+) -> (&'a BatchShape, u64) {
+    match planned {
+        Some(p) if p.runs_batch => (&slot.batch, slot.batch.total_tokens()),
+        _ => (dummy, dummy_tokens),
+    }
 }
 
 /// A step an engine scheduled (and whose earlier outputs it applied) before its GPU time is
