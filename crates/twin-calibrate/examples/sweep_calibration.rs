@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (config, startup) = set_up(c)?;
             train.push(Prepared::Replay {
                 kind: "bench",
-                path: format!("{gpu} tp{tp} {}/{} c={}", c.isl, c.osl, c.concurrency).into(),
+                path: format!("{gpu} tp{tp} {}/{} c={}", c.isl, c.osl, c.concurrency),
                 config: Box::new(config),
                 startup: Box::new(startup),
                 targets: vec![
