@@ -1,5 +1,5 @@
-//! InferenceMAX's gpt-oss-120b sweeps (SemiAnalysis, vLLM v0.13.0): fixed-length random
-//! prompts at 4–128 concurrent on H100, H200 and B200 at TP 1–8, each configuration measured
+//! InferenceMAX's gpt-oss-120b sweeps (SemiAnalysis, vLLM v0.13.0): random prompts and
+//! outputs uniform in [0.8 L, L] at 4–128 concurrent on H100, H200 and B200 at TP 1–8, each configuration measured
 //! in two official runs (`data/inferencemax_gpt_oss_120b.csv`, its header says where from).
 //! The scorecard simulates every configuration whole with the serve and bench lines
 //! InferenceMAX ran (its `benchmarks/gptoss_fp4_*.sh` at commit 4e52ed4c62) and scores the

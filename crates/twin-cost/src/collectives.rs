@@ -66,17 +66,36 @@ pub enum AllReduceKernel {
     Nccl,
 }
 
-/// `FI_ALLREDUCE_FUSION_MAX_SIZE_MB` for this GPU and group: FlashInfer's workspace, `None`
-/// where FlashInfer all-reduce is disabled (`FlashInferAllReduce.__init__`).
+/// The largest message FlashInfer's all-reduce takes on this GPU and group, `None` where it is
+/// disabled. A layer's all-reduce is fused with the next RMSNorm by default at TP > 1 on
+/// Hopper and Blackwell (`enable_allreduce_rms_fusion`), up to `FI_ALLREDUCE_FUSION_MAX_SIZE_MB`;
+/// a larger one goes to `CudaCommunicator.all_reduce`, whose `FlashInferAllReduce` has the same
+/// limit except on one Blackwell node at TP8, where its `mnnvl` workspace is tuned to 128 MB
+/// (`FI_MNNVL_ALLREDUCE_MAX_SIZE_MB`) of which a call uses about a third (its Lamport buffers
+/// rotate through three slots; `is_buffer_size_sufficient`).
 fn flashinfer_max_bytes(gpu: &GpuSpec, tp: u32) -> Option<f64> {
     let mb = match (gpu.arch, tp) {
         (GpuArch::Hopper, 2) | (GpuArch::Blackwell, 2) => 64.0,
         (GpuArch::Hopper, 4) => 2.0,
         (GpuArch::Blackwell, 4) => 32.0,
-        (GpuArch::Hopper, 8) | (GpuArch::Blackwell, 8) => 1.0,
+        (GpuArch::Hopper, 8) => 0.5,
+        (GpuArch::Blackwell, 8) => 128.0 / 3.0,
         _ => return None,
     };
     Some(mb * MIB)
+}
+
+/// `_FI_ALLREDUCE_ONE_SHOT_MAX_SIZES_MB`: the fused all-reduce runs one shot up to this size
+/// (Hopper: its whole range), two shots above.
+fn flashinfer_one_shot_max_bytes(gpu: &GpuSpec, tp: u32) -> f64 {
+    let mb = match (gpu.arch, tp) {
+        (_, 2) => 32.0,
+        (GpuArch::Hopper, 4) => 2.0,
+        (GpuArch::Blackwell, 4) => 4.0,
+        (GpuArch::Hopper, 8) => 0.5,
+        _ => 1.0,
+    };
+    mb * MIB
 }
 
 /// `CustomAllreduce.__init__`'s `max_size`: 8 MiB, capped per capability by
@@ -117,13 +136,20 @@ pub fn allreduce_kernel(
 /// Bytes each GPU moves over its link for one all-reduce of `message_bytes` over `tp` GPUs.
 /// vLLM's custom kernel runs one stage (every rank reads each peer's whole buffer) for two GPUs,
 /// under 512 KiB at up to four and under 256 KiB at up to eight (`CustomAllreduce::allreduce`
-/// in `custom_all_reduce.cuh`), else two (reduce-scatter + all-gather, a ring's bytes);
-/// FlashInfer's one-shot / two-shot switch is taken to be the same [U]; NCCL is a ring.
-pub fn allreduce_link_bytes(kernel: AllReduceKernel, tp: u32, message_bytes: f64) -> f64 {
+/// in `custom_all_reduce.cuh`; csrc, not in the wheel: read from public copies), else two
+/// (reduce-scatter + all-gather, a ring's bytes); FlashInfer's fused all-reduce one shot up to
+/// [`flashinfer_one_shot_max_bytes`]; NCCL is a ring.
+pub fn allreduce_link_bytes(
+    gpu: &GpuSpec,
+    kernel: AllReduceKernel,
+    tp: u32,
+    message_bytes: f64,
+) -> f64 {
     let n = f64::from(tp.max(1));
     let one_stage = match kernel {
         AllReduceKernel::Nccl => false,
-        AllReduceKernel::FlashInfer | AllReduceKernel::Custom => {
+        AllReduceKernel::FlashInfer => message_bytes <= flashinfer_one_shot_max_bytes(gpu, tp),
+        AllReduceKernel::Custom => {
             tp == 2
                 || (tp <= 4 && message_bytes < 512.0 * 1024.0)
                 || (tp <= 8 && message_bytes < 256.0 * 1024.0)
@@ -179,10 +205,11 @@ mod tests {
     #[test]
     fn the_kernel_follows_cuda_communicators_order() {
         use AllReduceKernel::{Custom, FlashInfer, Nccl};
-        let (h100, a100, l40s) = (
+        let (h100, a100, l40s, b200) = (
             gpu::lookup("h100").unwrap(),
             gpu::lookup("a100").unwrap(),
             gpu::lookup("l40s").unwrap(),
+            gpu::lookup("b200").unwrap(),
         );
         // (GPU, TP, message bytes, --disable-custom-all-reduce, kernel)
         let cases = [
@@ -194,6 +221,11 @@ mod tests {
             (h100, 4, 4.0 * MIB, false, Custom),
             (h100, 4, 4.0 * MIB, true, Nccl),
             (h100, 4, 16.0 * MIB, false, Nccl),
+            // TP8: FlashInfer to 0.5 MB, then the custom kernel (capped at 256 KB): NCCL.
+            (h100, 8, 0.75 * MIB, false, Nccl),
+            // One Blackwell node at TP8: the mnnvl workspace takes a third of 128 MB.
+            (b200, 8, 16.0 * MIB, false, FlashInfer),
+            (b200, 8, 48.0 * MIB, false, Nccl),
             // TP6 has no FlashInfer entry; symmetric memory caps the custom kernel at 512 KB.
             (h100, 6, 64.0 * KIB, false, Custom),
             (h100, 6, MIB, false, Nccl),
@@ -214,6 +246,28 @@ mod tests {
                 g.key
             );
         }
+    }
+
+    #[test]
+    fn the_fused_all_reduce_runs_one_shot_up_to_vllms_table() {
+        let (h100, b200) = (gpu::lookup("h100").unwrap(), gpu::lookup("b200").unwrap());
+        let fi = AllReduceKernel::FlashInfer;
+        // `_FI_ALLREDUCE_ONE_SHOT_MAX_SIZES_MB`: Hopper one shot over its whole range.
+        assert_eq!(
+            allreduce_link_bytes(h100, fi, 8, 0.5 * MIB),
+            7.0 * 0.5 * MIB
+        );
+        // Blackwell at TP8 to 1 MB (where the custom kernel would take two stages past 256
+        // KB), two shots beyond.
+        assert_eq!(allreduce_link_bytes(b200, fi, 8, MIB), 7.0 * MIB);
+        assert_eq!(
+            allreduce_link_bytes(b200, fi, 8, 2.0 * MIB),
+            2.0 * 7.0 / 8.0 * 2.0 * MIB
+        );
+        assert_eq!(
+            allreduce_link_bytes(b200, fi, 4, 4.0 * MIB),
+            3.0 * 4.0 * MIB
+        );
     }
 
     #[test]
@@ -258,9 +312,9 @@ mod tests {
                 assert!(one_shot(g, small) < one_shot(g, large));
                 // A small message crosses the link once per peer in one stage, a large one
                 // twice in two.
-                let one = allreduce_link_bytes(AllReduceKernel::Custom, large, 64.0 * KIB);
+                let one = allreduce_link_bytes(g, AllReduceKernel::Custom, large, 64.0 * KIB);
                 assert_eq!(one, f64::from(large - 1) * 64.0 * KIB);
-                let two = allreduce_link_bytes(AllReduceKernel::Custom, large, 4.0 * MIB);
+                let two = allreduce_link_bytes(g, AllReduceKernel::Custom, large, 4.0 * MIB);
                 assert!(two < 2.0 * 4.0 * MIB && two > 4.0 * MIB, "{two}");
                 assert!(nccl(g, small) < nccl(g, large));
             }

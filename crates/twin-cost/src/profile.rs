@@ -35,8 +35,8 @@ pub struct CostCalibration {
     /// × `ATTN_PREFILL_EFFICIENCY`.
     pub attention_prefill: f64,
     /// Seconds added to every step's exposed host time (frontend, scheduler, sync); below
-    /// minus the host time every step exposes, the rest comes off the step's fixed GPU time
-    /// (kernel floors, then the MoE layers' overhead), never below zero.
+    /// minus the host time every step exposes, the rest comes off the layers' kernel floors,
+    /// then the MoE layers' overhead, never below zero.
     pub step_overhead_s: f64,
     /// Seconds added per scheduled request per step.
     pub per_seq_overhead_s: f64,

@@ -525,6 +525,8 @@ pub struct CostModel {
     elementwise_bytes_per_token: f64,
     // fixed
     fixed_layers_s: f64,
+    /// The calibration's step overhead the host side takes (the rest came off the floors).
+    host_step_overhead_s: f64,
     moe_overhead_s: f64,
     // comms
     /// Data-parallel engines an MoE model's forward runs in lockstep with (1: none).
@@ -810,6 +812,9 @@ impl CostModel {
             elementwise_bytes_per_token: elementwise,
             fixed_layers_s,
             moe_overhead_s,
+            // The host keeps its per-request and host-bound time: only what every step
+            // exposes comes off it, the rest came off the floors above.
+            host_step_overhead_s: cal.step_overhead_s.max(-always_exposed_s),
             dp_size: dp_lockstep,
             // `AgRsAll2AllManager`: `all_gatherv` / `reduce_scatterv` over the DP group (one GPU
             // per engine; `_get_comm_group`), through pynccl. [U] an all-reduce's latency each.
@@ -1275,7 +1280,8 @@ impl CostModel {
                 AllReduceKernel::FlashInfer | AllReduceKernel::Custom => self.one_shot_latency_s,
             };
             let ar = latency_s
-                + allreduce_link_bytes(kernel, self.tp, message_bytes) / self.allreduce_bw;
+                + allreduce_link_bytes(&self.gpu, kernel, self.tp, message_bytes)
+                    / self.allreduce_bw;
             // The logits gather (`LogitsProcessor._gather_logits`) is a pynccl collective.
             let gather =
                 self.nccl_latency_s + (n - 1.0) / n * rows_f * self.vocab * 2.0 / self.allreduce_bw;
@@ -1354,7 +1360,7 @@ impl CostModel {
         } + HOST_EXPOSED_STEP_S;
         // A calibration's measured host time no async overlap hides (0 by default: same bits).
         let cal = &self.calibration;
-        let host_extra_s = cal.step_overhead_s + cal.per_seq_overhead_s * f64::from(num_seqs);
+        let host_extra_s = self.host_step_overhead_s + cal.per_seq_overhead_s * f64::from(num_seqs);
         let host_cpu_s = (host_cpu_s + host_extra_s).max(0.0);
         let host_exposed_s = (host_exposed_s + host_extra_s).max(0.0);
         let step_time_s = gpu_time + host_exposed_s;

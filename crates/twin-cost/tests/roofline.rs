@@ -574,4 +574,36 @@ fn a_negative_step_overhead_takes_host_time_then_kernel_floors() {
     let floor = step(-1.0);
     assert_eq!(floor.step_time_s, step(-0.5).step_time_s);
     assert!(floor.step_time_s > base.breakdown.tp_allreduce_s + base.breakdown.linear_s);
+    // Either scheduling mode, any batch: once past the host time every step exposes, each
+    // further millisecond comes off once. The host keeps its per-request time.
+    for async_scheduling in [true, false] {
+        let cfg = ServeConfig {
+            tensor_parallel_size: 4,
+            async_scheduling,
+            ..ServeConfig::default()
+        }
+        .resolve(&m, g)
+        .unwrap();
+        for n in [1, 64, 256] {
+            let at = |overhead_s: f64| {
+                let cal = CostCalibration {
+                    step_overhead_s: overhead_s,
+                    ..CostCalibration::default()
+                };
+                CostModel::with_calibration(&m, g, &cfg, &cal)
+                    .unwrap()
+                    .step_time_s(&decode_batch(n, 1000))
+            };
+            let (a, b) = (at(-1.0e-3), at(-2.0e-3));
+            assert!(
+                (a.step_time_s - b.step_time_s - 1e-3).abs() < 1e-9,
+                "async {async_scheduling}, {n} decodes: {} ms",
+                (a.step_time_s - b.step_time_s) * 1e3
+            );
+            assert_eq!(a.breakdown.host_exposed_s, b.breakdown.host_exposed_s);
+            if !async_scheduling && n > 1 {
+                assert!(b.breakdown.host_exposed_s > 0.0);
+            }
+        }
+    }
 }

@@ -52,7 +52,9 @@ pub struct FinishedRequest<'a> {
     pub finish_reason: FinishReason,
     pub num_prompt_tokens: usize,
     pub max_tokens: usize,
-    /// Frontend end-to-end latency (`iteration_timestamp - arrival_time`).
+    /// End to end as its client sees it: from arrival at the frontend until the API server
+    /// has written its last chunk. (vLLM's /metrics E2E ends earlier, when the API server
+    /// takes the step up: `times.stats_stamp_s`.)
     pub e2e_s: f64,
     /// Its stage of a staged run (`--stages`).
     pub stage: Option<u32>,

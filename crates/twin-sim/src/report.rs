@@ -132,7 +132,7 @@ impl EngineTime {
     }
 
     /// Its span in service within `[start_s, end_s]`: from coming up to leaving or its
-    /// last step, whichever is later.
+    /// replica's last step, whichever is later.
     fn span_s(&self, start_s: f64, end_s: f64) -> (f64, f64) {
         let from = self.up_s.max(start_s);
         let to = self
@@ -519,6 +519,19 @@ impl ReportBuilder {
     pub fn finish(mut self) -> Report {
         let start_s = self.first_arrival_s.unwrap_or(0.0);
         let duration = (self.last_event_s - start_s).max(1e-9);
+        // A replica drains until its last engine's last step: an MoE replica's idle DP engine
+        // runs dummy batches beside a draining peer until then.
+        for engines in &self.replica_engines {
+            let slots = &mut self.engine_time[engines.clone()];
+            let last_s = slots
+                .iter()
+                .flatten()
+                .map(|e| e.last_step_s)
+                .fold(0.0, f64::max);
+            for e in slots.iter_mut().flatten() {
+                e.last_step_s = last_s;
+            }
+        }
         let mut engine_s = 0.0;
         for e in self.engine_time.iter().flatten() {
             let (from, to) = e.span_s(start_s, self.last_event_s);
@@ -852,5 +865,25 @@ mod tests {
         );
         // The second replica's 50% held for 1 s of the 5.5.
         assert!((r.kv_cache_usage_mean - 0.5 / 5.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_idle_dp_engine_serves_until_its_replica_has_drained() {
+        let mut b = ReportBuilder::new(Slo::default());
+        // One replica of two DP engines leaves at t=1; engine 0 drains to t=11 while engine 1,
+        // with nothing of its own after t=0.5, runs dummy batches beside it.
+        up(&mut b, 0, 0..2, 0.0);
+        step(&mut b, 1, 0.5, 0.0, 0);
+        b.on_replica_down(0, 1.0);
+        step(&mut b, 0, 11.0, 0.0, 0);
+        b.on_dummy_batch(0, 10.0);
+        b.on_dummy_batch(1, 10.0);
+        let r = b.finish();
+        // 20 busy seconds over both engines' 11 s each.
+        assert!(
+            (r.gpu_busy_share - 20.0 / 22.0).abs() < 1e-12,
+            "{}",
+            r.gpu_busy_share
+        );
     }
 }
