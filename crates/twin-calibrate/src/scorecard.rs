@@ -245,22 +245,44 @@ struct RunSetup {
     deployment: String,
 }
 
-fn set_up(run: &'static PublishedRun) -> Result<RunSetup, SimError> {
-    let argv: Vec<String> = run.args.split_whitespace().map(str::to_string).collect();
+/// A scored run's `simulate` arguments, parsed and started.
+pub(crate) fn parse_run_args(
+    args: &str,
+) -> Result<(twin_sim::SimConfig, twin_sim::Startup), SimError> {
+    let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
     let a = twin_sim::engine_args::parse_simulate_args(&argv, &|p| {
         Err(format!("the scorecard reads no files ({p})"))
     })?;
     let startup = twin_sim::startup(&a.config)?;
+    Ok((a.config, startup))
+}
+
+/// The report of `config` priced under `cal`.
+pub(crate) fn report_under(
+    config: &twin_sim::SimConfig,
+    startup: &twin_sim::Startup,
+    cal: &CostCalibration,
+) -> Result<twin_sim::Report, SimError> {
+    let mut cfg = config.clone();
+    cfg.calibration = *cal;
+    let mut b = ReportBuilder::new(Slo::default()).with_workload(&cfg.workload);
+    twin_sim::run(&cfg, startup, &mut b)?;
+    Ok(b.finish())
+}
+
+fn set_up(run: &'static PublishedRun) -> Result<RunSetup, SimError> {
+    let (config, startup) = parse_run_args(run.args)?;
+    let argv: Vec<&str> = run.args.split_whitespace().collect();
     let after = |flag: &str| {
         argv.iter()
-            .position(|x| x == flag)
+            .position(|x| *x == flag)
             .and_then(|i| argv.get(i + 1))
-            .map_or("1", String::as_str)
+            .map_or("1", |v| v)
     };
     let deployment = format!("{} {} tp{}", argv[0], after("--gpu"), after("-tp"));
     Ok(RunSetup {
         run,
-        config: a.config,
+        config,
         startup,
         deployment,
     })
@@ -268,11 +290,7 @@ fn set_up(run: &'static PublishedRun) -> Result<RunSetup, SimError> {
 
 /// A run's report, priced under `cal`.
 fn simulate_run(s: &RunSetup, cal: &CostCalibration) -> Result<twin_sim::Report, SimError> {
-    let mut cfg = s.config.clone();
-    cfg.calibration = *cal;
-    let mut b = ReportBuilder::new(Slo::default()).with_workload(&cfg.workload);
-    twin_sim::run(&cfg, &s.startup, &mut b)?;
-    Ok(b.finish())
+    report_under(&s.config, &s.startup, cal)
 }
 
 /// A published metric read off a report, with its unit.

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use twin_sim::{ReportBuilder, SimError, Slo};
+use twin_sim::SimError;
 
 const CSV: &str = include_str!("../data/inferencemax_gpt_oss_120b.csv");
 
@@ -175,22 +175,13 @@ pub fn simulate_args(c: &SweepConfig) -> Result<String, SimError> {
 
 /// The simulation of `c`: its config and engine start-up.
 pub fn set_up(c: &SweepConfig) -> Result<(twin_sim::SimConfig, twin_sim::Startup), SimError> {
-    let args = simulate_args(c)?;
-    let argv: Vec<String> = args.split_whitespace().map(str::to_string).collect();
-    let a = twin_sim::engine_args::parse_simulate_args(&argv, &|p| {
-        Err(format!("the scorecard reads no files ({p})"))
-    })?;
-    let startup = twin_sim::startup(&a.config)?;
-    Ok((a.config, startup))
+    crate::scorecard::parse_run_args(&simulate_args(c)?)
 }
 
 /// The medians a run of `c` predicts under `cal`.
 pub fn predict(c: &SweepConfig, cal: &twin_cost::CostCalibration) -> Result<Medians, SimError> {
-    let (mut config, startup) = set_up(c)?;
-    config.calibration = *cal;
-    let mut b = ReportBuilder::new(Slo::default()).with_workload(&config.workload);
-    twin_sim::run(&config, &startup, &mut b)?;
-    let r = b.finish();
+    let (config, startup) = set_up(c)?;
+    let r = crate::scorecard::report_under(&config, &startup, cal)?;
     Ok(Medians {
         ttft_ms: r.ttft_s.p50 * 1e3,
         tpot_ms: r.tpot_s.p50 * 1e3,

@@ -8,7 +8,8 @@
 //!   + a per-kernel latency floor;
 //! - MoE: the same with the expected number of experts touched, `E * (1 - (1 - k/E)^T)`;
 //! - attention: per request `max(FLOPs over the prefix + causal chunk, KV bytes read)`;
-//! - LM head + sampler over the sampled rows; TP all-reduce `2 * layers * (a + 2(n-1)/n * bytes / link)`;
+//! - LM head + sampler over the sampled rows; TP all-reduce `2 * layers * (a + link bytes / link)`
+//!   (`collectives::allreduce_link_bytes`: one-shot `(n-1) * bytes`, else a ring's `2(n-1)/n`);
 //! - launch overhead by graph mode, host overhead (hidden by async scheduling), drafting.
 
 use crate::collectives::{

@@ -538,26 +538,29 @@ fn data_parallel_moe_steps_share_the_moe_layers_and_pay_their_dispatch() {
     );
 }
 
-#[test]
-fn a_negative_step_overhead_takes_host_time_then_kernel_floors() {
+/// gpt-oss-120b at TP4 on an H100, `n` decodes at 1000 tokens under a step overhead.
+fn step_with_overhead(async_scheduling: bool, n: u32, overhead_s: f64) -> StepCost {
     let m = model::lookup("openai/gpt-oss-120b").unwrap();
     let g = gpu::lookup("h100").unwrap();
     let cfg = ServeConfig {
         tensor_parallel_size: 4,
-        async_scheduling: true,
+        async_scheduling,
         ..ServeConfig::default()
     }
     .resolve(&m, g)
     .unwrap();
-    let step = |overhead_s: f64| {
-        let cal = CostCalibration {
-            step_overhead_s: overhead_s,
-            ..CostCalibration::default()
-        };
-        CostModel::with_calibration(&m, g, &cfg, &cal)
-            .unwrap()
-            .step_time_s(&decode_batch(4, 1000))
+    let cal = CostCalibration {
+        step_overhead_s: overhead_s,
+        ..CostCalibration::default()
     };
+    CostModel::with_calibration(&m, g, &cfg, &cal)
+        .unwrap()
+        .step_time_s(&decode_batch(n, 1000))
+}
+
+#[test]
+fn a_negative_step_overhead_takes_host_time_then_kernel_floors() {
+    let step = |overhead_s: f64| step_with_overhead(true, 4, overhead_s);
     let base = step(0.0);
     let exposed = base.breakdown.host_exposed_s;
     // Down to minus the host time every step exposes, only the host part moves.
@@ -577,23 +580,8 @@ fn a_negative_step_overhead_takes_host_time_then_kernel_floors() {
     // Either scheduling mode, any batch: once past the host time every step exposes, each
     // further millisecond comes off once. The host keeps its per-request time.
     for async_scheduling in [true, false] {
-        let cfg = ServeConfig {
-            tensor_parallel_size: 4,
-            async_scheduling,
-            ..ServeConfig::default()
-        }
-        .resolve(&m, g)
-        .unwrap();
         for n in [1, 64, 256] {
-            let at = |overhead_s: f64| {
-                let cal = CostCalibration {
-                    step_overhead_s: overhead_s,
-                    ..CostCalibration::default()
-                };
-                CostModel::with_calibration(&m, g, &cfg, &cal)
-                    .unwrap()
-                    .step_time_s(&decode_batch(n, 1000))
-            };
+            let at = |overhead_s: f64| step_with_overhead(async_scheduling, n, overhead_s);
             let (a, b) = (at(-1.0e-3), at(-2.0e-3));
             assert!(
                 (a.step_time_s - b.step_time_s - 1e-3).abs() < 1e-9,
