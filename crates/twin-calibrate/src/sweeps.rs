@@ -167,8 +167,13 @@ pub fn simulate_args(c: &SweepConfig) -> Result<String, SimError> {
         _ => (c.isl + c.osl + slack, 512),
     };
     a += &format!(" --max-model-len {max_model_len} --max-num-seqs {max_num_seqs}");
+    // The scripts' MoE kernels, in vLLM 0.34's spelling: Hopper `VLLM_MXFP4_USE_MARLIN=1`
+    // (Marlin, not the default triton `matmul_ogs`); B200
+    // `VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1` (TRT-LLM with MXFP8 activations, not BF16).
     if gpu == "b200" {
-        a += " --kv-cache-dtype fp8";
+        a += r#" --kv-cache-dtype fp8 --quantization-config {"moe":{"activation":"mxfp8"}}"#;
+    } else {
+        a += " --moe-backend marlin";
     }
     Ok(a)
 }
@@ -232,6 +237,7 @@ mod tests {
             "{h100}"
         );
         assert!(h100.contains("--num-requests 160") && !h100.contains("fp8"));
+        assert!(h100.ends_with("--moe-backend marlin"), "{h100}");
         let h200 = simulate_args(&config("h200", 1024, 1024)).unwrap();
         assert!(
             h200.contains("--max-model-len 2068 --max-num-seqs 16"),
@@ -242,7 +248,23 @@ mod tests {
             b200.contains("--max-model-len 9416 --max-num-seqs 512"),
             "{b200}"
         );
-        assert!(b200.ends_with("--kv-cache-dtype fp8"), "{b200}");
+        assert!(
+            b200.ends_with(
+                r#"--kv-cache-dtype fp8 --quantization-config {"moe":{"activation":"mxfp8"}}"#
+            ) && !b200.contains("marlin"),
+            "{b200}"
+        );
+        // And the twin takes them: the kernels the scripts' environment picked.
+        let kernel = |c: &SweepConfig| set_up(c).unwrap().0.serve.moe_backend;
+        assert_eq!(
+            kernel(&config("h200", 1024, 1024)),
+            twin_cost::MoeBackend::Marlin
+        );
+        let (b200_cfg, _) = set_up(&config("b200", 1024, 1024)).unwrap();
+        assert_eq!(
+            b200_cfg.serve.moe_activation,
+            twin_cost::MoeActivation::Mxfp8
+        );
         let e = simulate_args(&config("mi300x", 1024, 1024))
             .unwrap_err()
             .to_string();

@@ -68,18 +68,30 @@ pub enum AllReduceKernel {
 
 /// The largest message FlashInfer's all-reduce takes on this GPU and group, `None` where it is
 /// disabled. A layer's all-reduce is fused with the next RMSNorm by default at TP > 1 on
-/// Hopper and Blackwell (`enable_allreduce_rms_fusion`), up to `FI_ALLREDUCE_FUSION_MAX_SIZE_MB`;
-/// a larger one goes to `CudaCommunicator.all_reduce`, whose `FlashInferAllReduce` has the same
-/// limit except on one Blackwell node at TP8, where its `mnnvl` workspace is tuned to 128 MB
+/// Hopper and Blackwell ([`allreduce_rms_fusion_max_bytes`]); a larger one goes to
+/// `CudaCommunicator.all_reduce`, whose `FlashInferAllReduce` has the same limit except on one
+/// Blackwell node at TP8, where its `mnnvl` workspace is tuned to 128 MB
 /// (`FI_MNNVL_ALLREDUCE_MAX_SIZE_MB`) of which a call uses about a third (its Lamport buffers
 /// rotate through three slots; `is_buffer_size_sufficient`).
 fn flashinfer_max_bytes(gpu: &GpuSpec, tp: u32) -> Option<f64> {
+    match (gpu.arch, tp) {
+        (GpuArch::Blackwell, 8) => Some(128.0 / 3.0 * MIB),
+        _ => allreduce_rms_fusion_max_bytes(gpu, tp),
+    }
+}
+
+/// The largest all-reduce message that carries its RMSNorm: `enable_allreduce_rms_fusion`
+/// (on at `-O2`, the default, at TP > 1 on Hopper and Blackwell with FlashInfer) compiles the
+/// fused kernel for token ranges up to `FI_ALLREDUCE_FUSION_MAX_SIZE_MB`
+/// (`AllReduceFusionPass.is_applicable_for_range`); `None` where it is off.
+pub fn allreduce_rms_fusion_max_bytes(gpu: &GpuSpec, tp: u32) -> Option<f64> {
     let mb = match (gpu.arch, tp) {
         (GpuArch::Hopper, 2) | (GpuArch::Blackwell, 2) => 64.0,
         (GpuArch::Hopper, 4) => 2.0,
         (GpuArch::Blackwell, 4) => 32.0,
         (GpuArch::Hopper, 8) => 0.5,
-        (GpuArch::Blackwell, 8) => 128.0 / 3.0,
+        (GpuArch::Blackwell, 8) => 1.0,
+        (GpuArch::Blackwell, 16) => 64.0,
         _ => return None,
     };
     Some(mb * MIB)

@@ -9,6 +9,7 @@
 //!   (`get_batch_defaults`, block size, CUDA-graph sizes), weights / activation / graph bytes,
 //!   KV pool, `num_gpu_blocks`, max concurrency, and the max-model-len fit check with vLLM's
 //!   own error text.
+//! - [`moe_kernel`]: which kernel runs the routed experts (`--moe-backend`) and its rates.
 //! - [`collectives`]: which kernel a TP all-reduce takes and its fixed latency.
 //! - [`roofline`]: [`CostModel::step_time_s`], the time of one engine step for a
 //!   [`BatchShape`], with a breakdown and DCGM-style utilisation.
@@ -38,6 +39,7 @@ pub mod frontend;
 pub mod gpu;
 pub mod memory_plan;
 pub mod model;
+pub mod moe_kernel;
 pub mod precision;
 pub mod profile;
 pub mod roofline;
@@ -52,6 +54,7 @@ pub use memory_plan::{
     UsageContext,
 };
 pub use model::{from_hf_config_json, ModelSpec};
+pub use moe_kernel::{ExpertKernel, MoeActivation, MoeBackend};
 pub use precision::{KvCacheDtype, WeightFormat};
 pub use profile::{CalibrationProfile, CostCalibration, ProfileError, PROFILE_SCHEMA};
 pub use roofline::{

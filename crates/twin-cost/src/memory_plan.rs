@@ -12,6 +12,7 @@ use std::fmt;
 use crate::error::{CostError, StartupErrorKind};
 use crate::gpu::GpuSpec;
 use crate::model::{Attention, ModelSpec};
+use crate::moe_kernel::{select_expert_kernel, ExpertKernel, MoeActivation, MoeBackend};
 use crate::precision::{KvCacheDtype, WeightFormat};
 use crate::spec_decode::{SpecDecodeConfig, SpecMethod};
 use crate::units::{cdiv, format_gib, python_float_repr, GIB, KIB, MIB};
@@ -78,6 +79,10 @@ pub struct ServeConfig {
     pub disable_custom_all_reduce: bool,
     /// `--async-scheduling` (0.34 default: on).
     pub async_scheduling: bool,
+    /// `--moe-backend` (modelled for MXFP4 experts).
+    pub moe_backend: MoeBackend,
+    /// `--quantization-config`'s `moe.activation`.
+    pub moe_activation: MoeActivation,
     pub enable_chunked_prefill: bool,
     /// `--[no-]enable-extensible-kv-cache`; `None` resolves like `_resolve_extensible_kv_cache`.
     pub enable_extensible_kv_cache: Option<bool>,
@@ -109,6 +114,8 @@ impl Default for ServeConfig {
             enforce_eager: false,
             disable_custom_all_reduce: false,
             async_scheduling: true,
+            moe_backend: MoeBackend::Auto,
+            moe_activation: MoeActivation::Bf16,
             enable_chunked_prefill: true,
             enable_extensible_kv_cache: None,
             num_gpu_blocks_override: None,
@@ -268,6 +275,8 @@ pub struct ResolvedServeConfig {
     pub kv_cache_skip_sliding_window: bool,
     pub weight_format: WeightFormat,
     pub expert_weight_format: WeightFormat,
+    /// The kernel the routed experts run on (`select_mxfp4_moe_backend`).
+    pub expert_kernel: ExpertKernel,
     pub enforce_eager: bool,
     pub disable_custom_all_reduce: bool,
     pub async_scheduling: bool,
@@ -570,6 +579,12 @@ impl ServeConfig {
             kv_cache_skip_sliding_window: self.kv_cache_skip_sliding_window,
             weight_format,
             expert_weight_format,
+            expert_kernel: select_expert_kernel(
+                expert_weight_format,
+                gpu,
+                self.moe_backend,
+                self.moe_activation,
+            )?,
             enforce_eager: self.enforce_eager,
             disable_custom_all_reduce: self.disable_custom_all_reduce,
             async_scheduling: self.async_scheduling,

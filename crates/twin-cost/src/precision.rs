@@ -1,7 +1,7 @@
 //! Weight quantization formats and KV-cache dtypes, with their byte costs and math rates.
 
 use crate::error::CostError;
-use crate::gpu::{GpuArch, GpuSpec};
+use crate::gpu::GpuSpec;
 
 /// Storage format of linear-layer weights (`--dtype` / `--quantization`, or the checkpoint's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +77,7 @@ impl WeightFormat {
         match self {
             WeightFormat::Fp8 if gpu.fp8_dense_flops_per_s.is_some() => MathRate::Fp8,
             WeightFormat::Nvfp4 if gpu.fp4_dense_flops_per_s.is_some() => MathRate::Fp4,
-            // gpt-oss on Blackwell: FlashInfer MXFP4 x MXFP8 MoE.
-            WeightFormat::Mxfp4 if gpu.arch == GpuArch::Blackwell => MathRate::Fp8,
+            // MXFP4 experts: the kernel decides (`moe_kernel::ExpertKernel::math_rate`).
             _ => MathRate::Bf16,
         }
     }

@@ -13,7 +13,8 @@
 //! - launch overhead by graph mode, host overhead (hidden by async scheduling), drafting.
 
 use crate::collectives::{
-    allreduce_kernel, allreduce_latency_s, allreduce_link_bytes, AllReduceKernel,
+    allreduce_kernel, allreduce_latency_s, allreduce_link_bytes, allreduce_rms_fusion_max_bytes,
+    AllReduceKernel,
 };
 use crate::error::CostError;
 use crate::gpu::GpuSpec;
@@ -22,6 +23,7 @@ use crate::memory_plan::{
     EAGLE3_DRAFT_VOCAB,
 };
 use crate::model::{Attention, ModelSpec};
+use crate::moe_kernel::ExpertKernel;
 use crate::precision::{KvCacheDtype, MathRate, WeightFormat};
 use crate::profile::CostCalibration;
 use crate::spec_decode::{SpecDecodeConfig, SpecMethod};
@@ -529,6 +531,11 @@ pub struct CostModel {
     /// The calibration's step overhead the host side takes (the rest came off the floors).
     host_step_overhead_s: f64,
     moe_overhead_s: f64,
+    /// The two above for a step whose all-reduces carry the RMSNorms.
+    fixed_layers_fused_s: f64,
+    moe_overhead_fused_s: f64,
+    /// `collectives::allreduce_rms_fusion_max_bytes`, `None` where the fusion is off.
+    allreduce_rms_fusion_max_bytes: Option<f64>,
     // comms
     /// Data-parallel engines an MoE model's forward runs in lockstep with (1: none).
     dp_size: u32,
@@ -574,8 +581,13 @@ fn peak_for(gpu: &GpuSpec, rate: MathRate) -> (f64, f64) {
 }
 
 fn achievable_flops(gpu: &GpuSpec, f: WeightFormat) -> f64 {
-    let (peak, eff) = peak_for(gpu, f.math_rate(gpu));
-    peak * eff * GEMM_SHAPE_EFFICIENCY * f.compute_efficiency(gpu)
+    achievable_expert_flops(gpu, ExpertKernel::Format(f))
+}
+
+/// The GEMM rate `kernel` reaches on `gpu` (a dense layer's is its format's kernel).
+fn achievable_expert_flops(gpu: &GpuSpec, kernel: ExpertKernel) -> f64 {
+    let (peak, eff) = peak_for(gpu, kernel.math_rate(gpu));
+    peak * eff * GEMM_SHAPE_EFFICIENCY * kernel.compute_efficiency(gpu)
 }
 
 /// Sum of `min(x, w)` for x in a..=b (keys a sliding-window query at position x attends).
@@ -617,6 +629,7 @@ impl CostModel {
         let h = model.hidden_size as f64;
         let wf = cfg.weight_format;
         let ef = cfg.expert_weight_format;
+        let expert_kernel = cfg.expert_kernel;
 
         // Dense linear parameters per rank, over all layers.
         let kvh = kv_heads_per_rank(model, tp) as f64;
@@ -751,9 +764,23 @@ impl CostModel {
             };
         let floor_cut_s = (-(cal.step_overhead_s + always_exposed_s)).max(0.0);
         let floors_s = kernels * KERNEL_LATENCY_FLOOR_S;
-        let moe_overhead_s = moe_layers * MOE_LAYER_OVERHEAD_S;
-        let fixed_layers_s = (floors_s - floor_cut_s).max(0.0);
-        let moe_overhead_s = (moe_overhead_s - (floor_cut_s - floors_s).max(0.0)).max(0.0);
+        let cut_floors = |floors_s: f64| {
+            let moe_overhead_s = moe_layers * MOE_LAYER_OVERHEAD_S;
+            (
+                (floors_s - floor_cut_s).max(0.0),
+                (moe_overhead_s - (floor_cut_s - floors_s).max(0.0)).max(0.0),
+            )
+        };
+        let (fixed_layers_s, moe_overhead_s) = cut_floors(floors_s);
+        // Steps whose all-reduces carry the RMSNorms launch two kernels fewer per layer.
+        let (fixed_layers_fused_s, moe_overhead_fused_s) =
+            cut_floors(floors_s - 2.0 * layers * KERNEL_LATENCY_FLOOR_S);
+        // Torch.compile's passes do not run eagerly (the twin's `--enforce-eager` is unfused).
+        let allreduce_rms_fusion_max_bytes = if cfg.enforce_eager {
+            None
+        } else {
+            allreduce_rms_fusion_max_bytes(gpu, tp)
+        };
 
         Ok(CostModel {
             gpu: gpu.clone(),
@@ -788,10 +815,12 @@ impl CostModel {
             }),
             expert_params,
             expert_bytes: expert_params * ef.bytes_per_param(),
-            expert_peak_flops: achievable_flops(gpu, ef) * MOE_GEMM_EFFICIENCY * cal.gemm,
+            expert_peak_flops: achievable_expert_flops(gpu, expert_kernel)
+                * MOE_GEMM_EFFICIENCY
+                * cal.gemm,
             expert_bw: gpu.hbm_bandwidth_bytes_per_s
                 * WEIGHT_STREAM_EFFICIENCY
-                * ef.stream_efficiency(gpu)
+                * expert_kernel.stream_efficiency(gpu)
                 * cal.weight_stream,
             kv_bytes_full: kv_full,
             kv_bytes_sliding: kv_sliding,
@@ -813,6 +842,9 @@ impl CostModel {
             elementwise_bytes_per_token: elementwise,
             fixed_layers_s,
             moe_overhead_s,
+            fixed_layers_fused_s,
+            moe_overhead_fused_s,
+            allreduce_rms_fusion_max_bytes,
             // The host keeps its per-request and host-bound time: only what every step
             // exposes comes off it, the rest came off the floors above.
             host_step_overhead_s: cal.step_overhead_s.max(-always_exposed_s),
@@ -1227,6 +1259,13 @@ impl CostModel {
             None => (tokens, tokens),
         };
         let tf = tokens as f64;
+        // `AllReduceFusionPass`: a step within the fused token range skips the norm kernels.
+        let (fixed_layers_s, moe_overhead_s) = match self.allreduce_rms_fusion_max_bytes {
+            Some(max) if self.tp > 1 && tf * self.act_bytes <= max => {
+                (self.fixed_layers_fused_s, self.moe_overhead_fused_s)
+            }
+            _ => (self.fixed_layers_s, self.moe_overhead_s),
+        };
         let rows_f = rows as f64;
 
         // Dense linears.
@@ -1244,7 +1283,7 @@ impl CostModel {
             let (busiest_flops, busiest_bytes) =
                 self.busiest_expert_rank(mf, touched, flops, bytes);
             let t = (busiest_flops / self.expert_peak_flops).max(busiest_bytes / self.expert_bw)
-                + self.moe_overhead_s;
+                + moe_overhead_s;
             (t, touched, flops, bytes)
         } else {
             (0.0, 0.0, 0.0, 0.0)
@@ -1311,9 +1350,9 @@ impl CostModel {
             0.0
         };
 
-        let fixed_gpu_s = self.fixed_layers_s + STEP_GPU_FIXED_S;
+        let fixed_gpu_s = fixed_layers_s + STEP_GPU_FIXED_S;
         let layer_work =
-            linear_s + moe_s + attn_s + elementwise_s + tp_s + dp_dispatch_s + self.fixed_layers_s;
+            linear_s + moe_s + attn_s + elementwise_s + tp_s + dp_dispatch_s + fixed_layers_s;
 
         // Launch overhead by graph mode.
         let graph_mode = if self.enforce_eager {

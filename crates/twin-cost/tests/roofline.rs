@@ -244,6 +244,36 @@ fn nccl_all_reduces_cost_more_than_the_one_shot_kernels_and_grow_with_the_group(
 }
 
 #[test]
+fn fused_allreduce_rmsnorm_drops_two_kernels_per_layer_within_its_token_range() {
+    // B200 TP8: the fusion takes messages up to 1 MiB (182 tokens of gpt-oss' 2880 bf16).
+    let tp8 = ServeConfig {
+        tensor_parallel_size: 8,
+        ..ServeConfig::default()
+    };
+    let c = cost("openai/gpt-oss-120b", "b200", tp8.clone());
+    let last_fused = (1024 * 1024) / (2880 * 2);
+    let fixed = |c: &CostModel, n: u32| c.step_time_s(&decode_batch(n, 1000)).breakdown.fixed_gpu_s;
+    let two_floors = 2.0 * 36.0 * roofline::KERNEL_LATENCY_FLOOR_S;
+    let jump = fixed(&c, last_fused + 1) - fixed(&c, last_fused);
+    assert!((jump - two_floors).abs() < 1e-12, "{jump}");
+    assert_eq!(fixed(&c, 1), fixed(&c, last_fused));
+    // Eager runs no compile passes, TP1 has no all-reduce: the norm kernels at every size.
+    let eager = cost(
+        "openai/gpt-oss-120b",
+        "b200",
+        ServeConfig {
+            enforce_eager: true,
+            ..tp8
+        },
+    );
+    let tp1 = cost("openai/gpt-oss-120b", "b200", ServeConfig::default());
+    for c in [&eager, &tp1] {
+        assert_eq!(fixed(c, 1), fixed(c, last_fused + 1));
+    }
+    assert!((fixed(&tp1, 1) - fixed(&c, 1) - two_floors).abs() < 1e-12);
+}
+
+#[test]
 fn pipeline_parallel_reports_stage_time_and_bubble() {
     let c = cost(
         "llama-3.1-70b",

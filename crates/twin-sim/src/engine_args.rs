@@ -197,6 +197,8 @@ pub const MODELLED_VLLM_FLAGS: &[&str] = &[
     "kv_cache_metrics_sample",
     "kv_offloading_size",
     "kv_offloading_backend",
+    "moe_backend",
+    "quantization_config",
     "enable_mfu_metrics",
     "api_server_count",
     "stream_interval",
@@ -946,6 +948,58 @@ fn unmodelled_notes(argv: &[String], handled: &[&str]) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// Where `dest`'s flag sits on the command line (notes follow the command line's order).
+fn argv_index(argv: &[String], dest: &str) -> usize {
+    let t = vllm_flags::table();
+    argv.iter()
+        .position(|a| {
+            t.by_option(a.split('=').next().unwrap_or(a))
+                .is_some_and(|f| f.dest == dest)
+        })
+        .unwrap_or(argv.len())
+}
+
+/// `--quantization-config`'s MoE activation (vLLM's `QuantizationConfigArgs.moe.activation`),
+/// and what else the JSON asks for that the twin does not model.
+fn moe_activation_of(json: &str) -> Result<(twin_cost::MoeActivation, Option<String>), SimError> {
+    use twin_cost::MoeActivation;
+    let bad = |m: String| cfg_err("--quantization-config", m);
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| bad(format!("{json:?} is not JSON: {e}")))?;
+    let obj = match value {
+        serde_json::Value::Null => return Ok((MoeActivation::Bf16, None)),
+        serde_json::Value::Object(o) => o,
+        other => return Err(bad(format!("expected a JSON object, got {other}"))),
+    };
+    let mut activation = MoeActivation::Bf16;
+    let mut unmodelled = Vec::new();
+    for (key, v) in &obj {
+        match (key.as_str(), v) {
+            ("moe", serde_json::Value::Object(spec)) => {
+                for (k, x) in spec {
+                    match (k.as_str(), x) {
+                        ("activation", serde_json::Value::Null) => {}
+                        ("activation", serde_json::Value::String(a)) if a == "mxfp8" => {
+                            activation = MoeActivation::Mxfp8
+                        }
+                        _ => unmodelled.push(format!("moe.{k} {x}")),
+                    }
+                }
+            }
+            ("linear" | "moe" | "ignore" | "targets", _) => unmodelled.push(format!("{key} {v}")),
+            _ => {
+                return Err(bad(format!(
+                    "unknown key {key:?}: vLLM 0.34's QuantizationConfigArgs has linear, moe, ignore and targets"
+                )))
+            }
+        }
+    }
+    Ok((
+        activation,
+        (!unmodelled.is_empty()).then(|| unmodelled.join(", ")),
+    ))
+}
+
 /// Build `simulate`'s configuration from parsed flags. `argv` is the normalized command line
 /// (for the notes' order and spelling); `handled` are vLLM dests the caller models itself.
 pub fn simulate_from_matches(
@@ -1058,6 +1112,31 @@ pub fn simulate_from_matches(
             ))
         }
     };
+    // `--moe-backend` and `--quantization-config`'s `moe.activation`: the MXFP4 experts'
+    // kernel (`select_mxfp4_moe_backend`); other values are accepted with a note.
+    let at = |dest: &str| argv_index(argv, dest);
+    if let Some(b) = v.cli_str("moe_backend") {
+        match twin_cost::MoeBackend::parse(b) {
+            Some(backend) => serve.moe_backend = backend,
+            None => notes.push((
+                at("moe_backend"),
+                format!(
+                    "--moe-backend {b}: accepted; the twin models auto, triton, marlin and \
+                     flashinfer_trtllm (MXFP4 experts) and costs the experts as auto's"
+                ),
+            )),
+        }
+    }
+    if let Some(q) = v.cli_str("quantization_config") {
+        let (activation, unmodelled) = moe_activation_of(q)?;
+        serve.moe_activation = activation;
+        if let Some(what) = unmodelled {
+            notes.push((
+                at("quantization_config"),
+                format!("--quantization-config: accepted; {what} is not modelled (only moe.activation mxfp8 / null is)"),
+            ));
+        }
+    }
     notes.sort_by_key(|n| n.0);
     let mut notes: Vec<String> = notes.into_iter().map(|n| n.1).collect();
 
@@ -1166,6 +1245,15 @@ pub fn simulate_from_matches(
     let gpu = twin_cost::gpu::lookup(&gpu_name)
         .map_err(|e| cfg_err("--gpu", e.to_string()))?
         .clone();
+    let mxfp4_experts = model.moe.is_some() && model.expert_weight_format == WeightFormat::Mxfp4;
+    if !mxfp4_experts
+        && (serve.moe_backend != twin_cost::MoeBackend::Auto
+            || serve.moe_activation != twin_cost::MoeActivation::Bf16)
+    {
+        notes.push(format!(
+            "--moe-backend / --quantization-config moe.activation: accepted; the twin models them for MXFP4 experts only, {model_name}'s experts keep their format's kernel"
+        ));
+    }
     let calibration = match twin("calibration") {
         None => twin_cost::CostCalibration::default(),
         Some(path) => {
@@ -1431,6 +1519,55 @@ mod tests {
                 .iter()
                 .any(|n| n.starts_with("--all2all-backend: accepted;")
                     && n.contains("allgather_reducescatter")),
+            "{:?}",
+            a.notes
+        );
+    }
+
+    #[test]
+    fn the_moe_backend_and_activation_pick_the_mxfp4_expert_kernel() {
+        use twin_cost::ExpertKernel;
+        let kernel = |s: &str| {
+            let a = parse(&format!("openai/gpt-oss-120b {s}")).unwrap();
+            let plan =
+                twin_cost::plan_memory(&a.config.model, &a.config.gpu, &a.config.serve).unwrap();
+            (plan.config.expert_kernel, a.notes)
+        };
+        assert_eq!(kernel("").0, ExpertKernel::Mxfp4Triton);
+        assert_eq!(kernel("--moe-backend marlin").0, ExpertKernel::Mxfp4Marlin);
+        assert_eq!(kernel("--gpu b200").0, ExpertKernel::Mxfp4TrtllmBf16);
+        let (k, notes) =
+            kernel(r#"--gpu b200 --quantization-config {"moe":{"activation":"mxfp8"}}"#);
+        assert_eq!(k, ExpertKernel::Mxfp4TrtllmMxfp8);
+        assert!(notes.is_empty(), "{notes:?}");
+        // A vLLM backend the twin does not model is costed as auto's, and says so.
+        let (k, notes) = kernel("--moe-backend deep_gemm");
+        assert_eq!(k, ExpertKernel::Mxfp4Triton);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("--moe-backend deep_gemm: accepted;")),
+            "{notes:?}"
+        );
+        // What the JSON asks beyond moe.activation is noted; a key vLLM lacks is an error.
+        let (_, notes) = kernel(r#"--quantization-config {"linear":"fp8_per_tensor"}"#);
+        assert!(notes.iter().any(|n| n.contains("linear")), "{notes:?}");
+        for bad in [r#"{"moe":"#, r#"{"mo":{}}"#, "[1]"] {
+            let e = parse(&format!("--quantization-config {bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--quantization-config"), "{e}");
+        }
+        // A kernel the GPU cannot run is vLLM's startup error, not a silent fallback.
+        let a = parse("openai/gpt-oss-120b --moe-backend flashinfer_trtllm").unwrap();
+        let e = twin_cost::plan_memory(&a.config.model, &a.config.gpu, &a.config.serve)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("moe_backend") && e.contains("10.0"), "{e}");
+        // A dense model: the flag is noted as not applying.
+        let a = parse("--moe-backend marlin").unwrap();
+        assert!(
+            a.notes.iter().any(|n| n.contains("MXFP4 experts only")),
             "{:?}",
             a.notes
         );
