@@ -579,12 +579,17 @@ impl ServeConfig {
             kv_cache_skip_sliding_window: self.kv_cache_skip_sliding_window,
             weight_format,
             expert_weight_format,
-            expert_kernel: select_expert_kernel(
-                expert_weight_format,
-                gpu,
-                self.moe_backend,
-                self.moe_activation,
-            )?,
+            // No MoE layers, no MoE kernel to select (`--moe-backend` has nothing to act on).
+            expert_kernel: if model.moe.is_some() {
+                select_expert_kernel(
+                    expert_weight_format,
+                    gpu,
+                    self.moe_backend,
+                    self.moe_activation,
+                )?
+            } else {
+                ExpertKernel::Format(expert_weight_format)
+            },
             enforce_eager: self.enforce_eager,
             disable_custom_all_reduce: self.disable_custom_all_reduce,
             async_scheduling: self.async_scheduling,
@@ -1344,10 +1349,9 @@ impl fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = self.limiting();
         let c = &self.config;
-        let experts = if c.expert_weight_format != c.weight_format {
-            format!(", experts={}", c.expert_weight_format.name())
-        } else {
-            String::new()
+        let experts = match c.expert_kernel {
+            ExpertKernel::Format(f) if f == c.weight_format => String::new(),
+            k => format!(", experts={}", k.name()),
         };
         writeln!(
             f,

@@ -105,6 +105,9 @@ pub fn select_expert_kernel(
         (_, MoeBackend::FlashinferTrtllm) => {
             return Err(refuse("TRT-LLM MoE kernels need compute capability 10.0"))
         }
+        (GpuArch::Cdna3, MoeBackend::Marlin) => {
+            return Err(refuse("Marlin MoE kernels are CUDA-only"))
+        }
         (GpuArch::Ampere | GpuArch::Ada, MoeBackend::Triton) => {
             return Err(refuse(
                 "the triton MoE kernels need compute capability 9.0+",
@@ -153,13 +156,22 @@ impl ExpertKernel {
         }
     }
 
+    /// Whether the MoE layer's output all-reduce reaches the next RMSNorm directly. Marlin pads
+    /// the hidden size to a multiple of 256 (`mxfp4_round_up_hidden_size_and_intermediate_size`)
+    /// and returns the padded width, so `_maybe_reduce_final_output` slices the reduced tensor
+    /// back, and the slice between the all-reduce and `fused_add_rms_norm` is not the pattern
+    /// `AllReduceFusionPass` matches. TRT-LLM writes the unpadded width; triton does not pad it.
+    pub fn moe_output_reaches_norm(self, hidden_size: u64) -> bool {
+        self != ExpertKernel::Mxfp4Marlin || hidden_size.is_multiple_of(256)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ExpertKernel::Format(f) => f.name(),
-            ExpertKernel::Mxfp4Triton => "mxfp4 triton",
-            ExpertKernel::Mxfp4Marlin => "mxfp4 marlin",
-            ExpertKernel::Mxfp4TrtllmBf16 => "mxfp4 flashinfer_trtllm (bf16 activations)",
-            ExpertKernel::Mxfp4TrtllmMxfp8 => "mxfp4 flashinfer_trtllm (mxfp8 activations)",
+            ExpertKernel::Mxfp4Triton => "mxfp4 via triton",
+            ExpertKernel::Mxfp4Marlin => "mxfp4 via marlin",
+            ExpertKernel::Mxfp4TrtllmBf16 => "mxfp4 via flashinfer_trtllm, bf16 activations",
+            ExpertKernel::Mxfp4TrtllmMxfp8 => "mxfp4 via flashinfer_trtllm, mxfp8 activations",
         }
     }
 }
@@ -212,6 +224,8 @@ mod tests {
         );
         let e = pick("a100", MoeBackend::Triton, MoeActivation::Bf16).unwrap_err();
         assert!(e.to_string().contains("9.0"), "{e}");
+        let e = pick("mi300x", MoeBackend::Marlin, MoeActivation::Bf16).unwrap_err();
+        assert!(e.to_string().contains("CUDA-only"), "{e}");
     }
 
     #[test]

@@ -772,9 +772,16 @@ impl CostModel {
             )
         };
         let (fixed_layers_s, moe_overhead_s) = cut_floors(floors_s);
-        // Steps whose all-reduces carry the RMSNorms launch two kernels fewer per layer.
+        // Steps whose all-reduces carry the RMSNorms launch a kernel fewer per fused pair: the
+        // attention's and the MLP's, unless the MoE kernel's padded output is sliced first.
+        let fused_norms = 2.0 * layers
+            - if expert_kernel.moe_output_reaches_norm(model.hidden_size) {
+                0.0
+            } else {
+                moe_layers
+            };
         let (fixed_layers_fused_s, moe_overhead_fused_s) =
-            cut_floors(floors_s - 2.0 * layers * KERNEL_LATENCY_FLOOR_S);
+            cut_floors(floors_s - fused_norms * KERNEL_LATENCY_FLOOR_S);
         // Torch.compile's passes do not run eagerly (the twin's `--enforce-eager` is unfused).
         let allreduce_rms_fusion_max_bytes = if cfg.enforce_eager {
             None

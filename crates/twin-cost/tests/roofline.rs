@@ -271,6 +271,27 @@ fn fused_allreduce_rmsnorm_drops_two_kernels_per_layer_within_its_token_range() 
         assert_eq!(fixed(c, 1), fixed(c, last_fused + 1));
     }
     assert!((fixed(&tp1, 1) - fixed(&c, 1) - two_floors).abs() < 1e-12);
+    // Hopper TP8 fuses up to 0.5 MiB (91 tokens); Marlin's padded MoE output (2880 -> 3072,
+    // sliced after its all-reduce) keeps only the attention's norm fused.
+    let h100_tp8 = |moe_backend| {
+        cost(
+            "openai/gpt-oss-120b",
+            "h100",
+            ServeConfig {
+                tensor_parallel_size: 8,
+                moe_backend,
+                ..ServeConfig::default()
+            },
+        )
+    };
+    let last_fused = (512 * 1024) / (2880 * 2);
+    assert_eq!(last_fused, 91);
+    for (backend, fused_per_layer) in [(MoeBackend::Auto, 2.0), (MoeBackend::Marlin, 1.0)] {
+        let c = h100_tp8(backend);
+        let jump = fixed(&c, last_fused + 1) - fixed(&c, last_fused);
+        let want = fused_per_layer * 36.0 * roofline::KERNEL_LATENCY_FLOOR_S;
+        assert!((jump - want).abs() < 1e-12, "{backend:?}: {jump}");
+    }
 }
 
 #[test]

@@ -917,6 +917,16 @@ pub fn parse_simulate_args(
 /// models" is true.
 const UNMODELLED_WHY: &[(&str, &str)] = &[
     (
+        "optimization_level",
+        "the twin costs -O2's compiled graphs and fusions (the fused all-reduce + RMSNorm at \
+         TP > 1 on Hopper and Blackwell) at every level; --enforce-eager turns them off",
+    ),
+    (
+        "compilation_config",
+        "the twin costs -O2's compiled graphs and fusions whatever the pass config says; \
+         --enforce-eager turns them off",
+    ),
+    (
         "all2all_backend",
         "an MoE model's DP engines are costed with vLLM's default allgather_reducescatter \
          dispatch whatever the backend",
@@ -971,10 +981,32 @@ fn moe_activation_of(json: &str) -> Result<(twin_cost::MoeActivation, Option<Str
         serde_json::Value::Object(o) => o,
         other => return Err(bad(format!("expected a JSON object, got {other}"))),
     };
+    // vLLM's `QUANT_KEY_NAMES`: what an activation may be named.
+    const QUANT_KEY_NAMES: &[&str] = &[
+        "fp8_per_tensor_static",
+        "fp8_per_tensor_dynamic",
+        "fp8_per_token",
+        "fp8_per_channel_static",
+        "fp8_per_block_static",
+        "fp8_per_block_dynamic",
+        "mxfp8",
+        "mxfp4",
+        "nvfp4_per_token",
+        "int8_per_channel_static",
+        "lut_b",
+        "int8_per_group_32",
+        "int4_per_group_32",
+    ];
     let mut activation = MoeActivation::Bf16;
     let mut unmodelled = Vec::new();
+    if obj.contains_key("targets") && (obj.contains_key("linear") || obj.contains_key("moe")) {
+        return Err(bad(
+            "targets is mutually exclusive with linear and moe".into()
+        ));
+    }
     for (key, v) in &obj {
         match (key.as_str(), v) {
+            ("moe", serde_json::Value::Null) => {}
             ("moe", serde_json::Value::Object(spec)) => {
                 for (k, x) in spec {
                     match (k.as_str(), x) {
@@ -982,7 +1014,22 @@ fn moe_activation_of(json: &str) -> Result<(twin_cost::MoeActivation, Option<Str
                         ("activation", serde_json::Value::String(a)) if a == "mxfp8" => {
                             activation = MoeActivation::Mxfp8
                         }
-                        _ => unmodelled.push(format!("moe.{k} {x}")),
+                        ("activation", serde_json::Value::String(a))
+                            if !QUANT_KEY_NAMES.contains(&a.as_str()) =>
+                        {
+                            return Err(bad(format!(
+                                "moe.activation {a:?} is not one of {}",
+                                QUANT_KEY_NAMES.join(", ")
+                            )))
+                        }
+                        ("activation" | "weight" | "hadamard_size", _) => {
+                            unmodelled.push(format!("moe.{k} {x}"))
+                        }
+                        _ => {
+                            return Err(bad(format!(
+                                "unknown key moe.{k:?}: vLLM 0.34's QuantSpec has weight, activation and hadamard_size"
+                            )))
+                        }
                     }
                 }
             }
@@ -1246,6 +1293,23 @@ pub fn simulate_from_matches(
         .map_err(|e| cfg_err("--gpu", e.to_string()))?
         .clone();
     let mxfp4_experts = model.moe.is_some() && model.expert_weight_format == WeightFormat::Mxfp4;
+    // `_warn_on_bf16_fallback`: no kernel here takes MXFP8 activations.
+    if mxfp4_experts
+        && serve.moe_activation == twin_cost::MoeActivation::Mxfp8
+        && twin_cost::moe_kernel::select_expert_kernel(
+            WeightFormat::Mxfp4,
+            &gpu,
+            serve.moe_backend,
+            serve.moe_activation,
+        )
+        .is_ok_and(|k| k != twin_cost::ExpertKernel::Mxfp4TrtllmMxfp8)
+    {
+        notes.push(format!(
+            "--quantization-config moe.activation mxfp8: no MXFP4 MoE kernel on {} takes MXFP8 activations with --moe-backend {}; vLLM falls back to BF16 activations (with a warning), and so does the twin",
+            gpu.key,
+            serve.moe_backend.name()
+        ));
+    }
     if !mxfp4_experts
         && (serve.moe_backend != twin_cost::MoeBackend::Auto
             || serve.moe_activation != twin_cost::MoeActivation::Bf16)
@@ -1540,19 +1604,39 @@ mod tests {
             kernel(r#"--gpu b200 --quantization-config {"moe":{"activation":"mxfp8"}}"#);
         assert_eq!(k, ExpertKernel::Mxfp4TrtllmMxfp8);
         assert!(notes.is_empty(), "{notes:?}");
-        // A vLLM backend the twin does not model is costed as auto's, and says so.
-        let (k, notes) = kernel("--moe-backend deep_gemm");
+        // A vLLM backend the twin does not model is costed as auto's, and says so; vLLM's
+        // spelling rules (case, '-' for '_') hold for the backend flags.
+        let (k, notes) = kernel("--moe-backend flashinfer_cutlass");
         assert_eq!(k, ExpertKernel::Mxfp4Triton);
         assert!(
             notes
                 .iter()
-                .any(|n| n.starts_with("--moe-backend deep_gemm: accepted;")),
+                .any(|n| n.starts_with("--moe-backend flashinfer_cutlass: accepted;")),
             "{notes:?}"
         );
+        assert_eq!(
+            kernel("--gpu b200 --moe-backend FlashInfer-TRTLLM").0,
+            ExpertKernel::Mxfp4TrtllmBf16
+        );
+        // MXFP8 activations where no kernel takes them: BF16, with vLLM's warning as a note.
+        let (k, notes) = kernel(r#"--quantization-config {"moe":{"activation":"mxfp8"}}"#);
+        assert_eq!(k, ExpertKernel::Mxfp4Triton);
+        assert!(
+            notes.iter().any(|n| n.contains("falls back to BF16")),
+            "{notes:?}"
+        );
+        assert!(kernel(r#"--quantization-config {"moe":null}"#).1.is_empty());
         // What the JSON asks beyond moe.activation is noted; a key vLLM lacks is an error.
         let (_, notes) = kernel(r#"--quantization-config {"linear":"fp8_per_tensor"}"#);
         assert!(notes.iter().any(|n| n.contains("linear")), "{notes:?}");
-        for bad in [r#"{"moe":"#, r#"{"mo":{}}"#, "[1]"] {
+        for bad in [
+            r#"{"moe":"#,
+            r#"{"mo":{}}"#,
+            "[1]",
+            r#"{"moe":{"activation":"mxfp9"}}"#,
+            r#"{"moe":{"act":"mxfp8"}}"#,
+            r#"{"moe":{},"targets":{}}"#,
+        ] {
             let e = parse(&format!("--quantization-config {bad}"))
                 .unwrap_err()
                 .to_string();

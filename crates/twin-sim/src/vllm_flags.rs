@@ -127,6 +127,14 @@ impl VllmFlag {
 
     fn check_value(&self, v: &str) -> Result<(), String> {
         let v = v.trim();
+        // vLLM's `--*-backend` flags lower-case and map '-' to '_' before the choices check.
+        let normalized;
+        let v = if self.ty == "other:<lambda>" && self.dest.ends_with("_backend") {
+            normalized = v.to_ascii_lowercase().replace('-', "_");
+            normalized.as_str()
+        } else {
+            v
+        };
         if !self.choices.is_empty() && !self.choices.iter().any(|c| c == v) {
             return Err(format!("{v:?} is not one of {}", self.choices.join(", ")));
         }
@@ -470,15 +478,28 @@ fn check_fn(
 
 /// vLLM's `FlexibleArgumentParser` preprocessing, then the twin's: `--a_b` → `--a-b` (the key
 /// only, up to the first `.`), `-O3` / `-O 3` → `--optimization-level 3`, single-dash aliases
-/// (`-tp 2`, `-q fp8`) → their long option, and dotted JSON keys (`--compilation-config.mode 3`)
-/// → the base option (the twin only notes those flags; the last value wins).
+/// (`-tp 2`, `-q fp8`) → their long option, and dotted JSON keys
+/// (`--quantization-config.moe.activation mxfp8`, `--x.list+ a,b`) merged per option into one
+/// JSON object appended at the end, as `FlexibleArgumentParser.parse_args` does.
 pub fn normalize_argv(args: &[String]) -> Vec<String> {
     let t = table();
     let mut out = Vec::with_capacity(args.len());
+    let mut dict_args: Vec<(String, serde_json::Value)> = Vec::new();
     let mut i = 0;
     while i < args.len() {
-        let arg = &args[i];
+        let mut arg = &args[i];
         i += 1;
+        // A single-dash alias with a dotted key (`-cc.mode=0`): its long option's dotted key.
+        let long_dotted;
+        if !arg.starts_with("--") && arg.starts_with('-') {
+            let key = arg.split('=').next().unwrap_or(arg);
+            if let Some((alias, _)) = key.split_once('.') {
+                if let Some(f) = t.by_option(alias) {
+                    long_dotted = format!("{}.{}", f.name(), &arg[alias.len() + 1..]);
+                    arg = &long_dotted;
+                }
+            }
+        }
         if let Some(rest) = arg.strip_prefix("--") {
             if rest.is_empty() {
                 out.push(arg.clone());
@@ -493,7 +514,31 @@ pub fn normalize_argv(args: &[String]) -> Vec<String> {
                 None => (key, None),
             };
             let mut name = format!("--{}", base.replace('_', "-"));
-            if dotted.is_some() && t.by_option(&name).is_none_or(|f| f.ty != "json") {
+            if let Some(path) = dotted {
+                let json_flag = t.by_option(&name).is_some_and(|f| f.ty == "json");
+                let value = match value {
+                    Some(v) => Some(v.to_string()),
+                    None if json_flag && i < args.len() => {
+                        i += 1;
+                        Some(args[i - 1].clone())
+                    }
+                    None => None,
+                };
+                if let (true, Some(v)) = (json_flag, value) {
+                    let (path, v) = match path.strip_suffix('+') {
+                        Some(p) => (p, serde_json::json!(v.split(',').collect::<Vec<_>>())),
+                        None => (path, dotted_value(&v)),
+                    };
+                    let nested = path
+                        .split('.')
+                        .rev()
+                        .fold(v, |inner, k| serde_json::json!({ k: inner }));
+                    match dict_args.iter_mut().find(|(n, _)| *n == name) {
+                        Some((_, whole)) => merge_json(whole, nested),
+                        None => dict_args.push((name, nested)),
+                    }
+                    continue;
+                }
                 // Not a vLLM JSON flag: leave it whole so the error names what was typed.
                 name = format!("--{}", key.replace('_', "-"));
             }
@@ -529,7 +574,36 @@ pub fn normalize_argv(args: &[String]) -> Vec<String> {
             out.push(arg.clone());
         }
     }
+    for (name, value) in dict_args {
+        out.push(name);
+        out.push(value.to_string());
+    }
     out
+}
+
+/// A dotted key's value: JSON if it parses, else a human-readable integer (`80g`), else text.
+fn dotted_value(v: &str) -> serde_json::Value {
+    serde_json::from_str(v).unwrap_or_else(|_| match parse_human_int(v) {
+        Some(n) => serde_json::json!(n),
+        None => serde_json::json!(v),
+    })
+}
+
+/// `recursive_dict_update`: objects merge key by key, anything else is replaced.
+fn merge_json(into: &mut serde_json::Value, from: serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(&k) {
+                    Some(slot) => merge_json(slot, v),
+                    None => {
+                        a.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
 }
 
 #[cfg(test)]
@@ -612,12 +686,38 @@ mod tests {
                 "3",
                 "--optimization-level",
                 "1",
-                "--compilation-config",
-                "FULL",
                 "--quantization=fp8",
                 "--max-model-len",
                 "-1",
                 "my_model",
+                "--compilation-config",
+                r#"{"cudagraph_mode":"FULL"}"#,
+            ])
+        );
+        // Dotted keys of one option merge into one JSON object (values as JSON, a human int or
+        // text; `+` a comma list), appended at the end as vLLM's parser does; an alias works too.
+        assert_eq!(
+            normalize_argv(&s(&[
+                "--quantization-config.moe.activation",
+                "mxfp8",
+                "-cc.mode=0",
+                "--quantization_config.moe.weight=null",
+                "--speculative-config.num_speculative_tokens",
+                "3",
+                "--compilation-config.sizes+",
+                "1,2",
+                "--kv-offloading-size",
+                "1k",
+            ])),
+            s(&[
+                "--kv-offloading-size",
+                "1k",
+                "--quantization-config",
+                r#"{"moe":{"activation":"mxfp8","weight":null}}"#,
+                "--compilation-config",
+                r#"{"mode":0,"sizes":["1","2"]}"#,
+                "--speculative-config",
+                r#"{"num_speculative_tokens":3}"#,
             ])
         );
     }
