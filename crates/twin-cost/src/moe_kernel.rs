@@ -13,6 +13,7 @@
 use crate::error::CostError;
 use crate::gpu::{GpuArch, GpuSpec};
 use crate::precision::{MathRate, WeightFormat, W4_DEQUANT_COMPUTE_EFFICIENCY};
+use crate::roofline::{MOE_LAYER_OVERHEAD_S, WEIGHT_STREAM_EFFICIENCY};
 
 /// `--moe-backend` values the twin models (vLLM's `KernelConfig.moe_backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -78,6 +79,31 @@ pub enum ExpertKernel {
 /// every other shape are held out (docs/fidelity.md).
 pub const MARLIN_WGMMA_GPU_COMPUTE_EFFICIENCY: f64 = 0.35;
 
+// The decode constants below are fitted to InferenceMAX's gpt-oss-120b 1k/1k runs (vLLM 0.13)
+// on one GPU per kernel, at 4, 16 and 64 concurrent: the MoE layers' share of each run's ITL
+// (the published ITL less the twin's other parts) against the expert bytes a rank reads per
+// step, a straight line whose intercept is the layers' overhead and whose slope the rate.
+// Every other GPU and shape is held out (docs/fidelity.md, `--example sweep_breakdown`).
+
+/// [D] Marlin's expert GEMMs on Hopper and Blackwell (`mma.sync` plus in-register dequant)
+/// read at most this many weight bytes per second per SM, whatever the HBM: H200's TP 1-8
+/// runs fit 2.99 TB/s on 132 SMs (10 points, each within 7%); on the held-out H100 runs, at
+/// 70% of H200's bandwidth, the MoE part is within 7% of H200's, where a bandwidth-bound kernel
+/// would be 43% slower. Taken as the lesser of it and the HBM's streaming rate.
+pub const MARLIN_MMA_SYNC_EXPERT_BYTES_PER_SM_S: f64 = 2.99e12 / 132.0;
+/// [D] Marlin's per-MoE-layer overhead on Hopper/Blackwell: the intercept of the H200 fit
+/// above (18.4 µs; the triton `matmul_ogs` path's [`MOE_LAYER_OVERHEAD_S`] is 40).
+pub const MARLIN_MOE_LAYER_OVERHEAD_S: f64 = 18.4e-6;
+/// [D] FlashInfer TRT-LLM's MXFP4 x MXFP8 expert GEMMs stream at the HBM's peak: B200's TP 1-8
+/// fit wants 1.03 of the spec sheet's 8 TB/s, capped at 1.
+pub const TRTLLM_MXFP8_EXPERT_STREAM_FRACTION_OF_PEAK: f64 = 1.0;
+/// [D] Its per-MoE-layer overhead (fused routing and finalize): the B200 fit's intercept at
+/// the capped rate (6.8 µs over 10 points, each within 11%). The BF16-activation kernel keeps
+/// the triton path's constants: the vLLM 0.19.1 blog's gpt-oss-20b B200 intercepts, the only
+/// measurements of it, want 40 µs (with this kernel's 6.8 µs they are 26% short); no source
+/// measures both kernels on one vLLM version (docs/fidelity.md).
+pub const TRTLLM_MXFP8_MOE_LAYER_OVERHEAD_S: f64 = 6.8e-6;
+
 /// `select_mxfp4_moe_backend` for `expert_format` experts on `gpu`.
 pub fn select_expert_kernel(
     expert_format: WeightFormat,
@@ -129,17 +155,37 @@ impl ExpertKernel {
         }
     }
 
-    /// Fraction of HBM streaming efficiency a decode expert GEMM keeps.
-    pub fn stream_efficiency(self, gpu: &GpuSpec) -> f64 {
+    /// Weight bytes per second a decode (weight-streaming) expert GEMM reads on `gpu`, before a
+    /// calibration's `weight_stream` term.
+    pub fn decode_weight_bytes_per_s(self, gpu: &GpuSpec) -> f64 {
+        let streamed =
+            |efficiency: f64| gpu.hbm_bandwidth_bytes_per_s * WEIGHT_STREAM_EFFICIENCY * efficiency;
         match self {
-            ExpertKernel::Format(f) => f.stream_efficiency(gpu),
+            ExpertKernel::Format(f) => streamed(f.stream_efficiency(gpu)),
             // Marlin on Ampere/Ada is the path the dequantizing constants were fitted beside.
             ExpertKernel::Mxfp4Marlin if matches!(gpu.arch, GpuArch::Ampere | GpuArch::Ada) => {
-                WeightFormat::Mxfp4.stream_efficiency(gpu)
+                streamed(WeightFormat::Mxfp4.stream_efficiency(gpu))
             }
-            ExpertKernel::Mxfp4Marlin => crate::precision::MARLIN_STREAM_EFFICIENCY,
-            ExpertKernel::Mxfp4Triton => WeightFormat::Mxfp4.stream_efficiency(gpu),
-            ExpertKernel::Mxfp4TrtllmBf16 | ExpertKernel::Mxfp4TrtllmMxfp8 => 1.0,
+            ExpertKernel::Mxfp4Marlin => {
+                streamed(1.0).min(MARLIN_MMA_SYNC_EXPERT_BYTES_PER_SM_S * f64::from(gpu.sm_count))
+            }
+            ExpertKernel::Mxfp4Triton => streamed(WeightFormat::Mxfp4.stream_efficiency(gpu)),
+            ExpertKernel::Mxfp4TrtllmMxfp8 => {
+                gpu.hbm_bandwidth_bytes_per_s * TRTLLM_MXFP8_EXPERT_STREAM_FRACTION_OF_PEAK
+            }
+            ExpertKernel::Mxfp4TrtllmBf16 => streamed(1.0),
+        }
+    }
+
+    /// Time an MoE layer's routed experts take beyond their GEMMs' roofline (routing, metadata,
+    /// permute/combine launches and tails at tiny per-expert batches).
+    pub fn layer_overhead_s(self, gpu: &GpuSpec) -> f64 {
+        match self {
+            ExpertKernel::Mxfp4Marlin if !matches!(gpu.arch, GpuArch::Ampere | GpuArch::Ada) => {
+                MARLIN_MOE_LAYER_OVERHEAD_S
+            }
+            ExpertKernel::Mxfp4TrtllmMxfp8 => TRTLLM_MXFP8_MOE_LAYER_OVERHEAD_S,
+            _ => MOE_LAYER_OVERHEAD_S,
         }
     }
 

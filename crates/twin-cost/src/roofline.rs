@@ -53,7 +53,9 @@ pub const KERNELS_PER_DENSE_LAYER: f64 = 9.0;
 /// GEMMs, activation, combine) minus the 3 dense MLP kernels they replace.
 pub const EXTRA_KERNELS_PER_MOE_LAYER: f64 = 6.0;
 /// [D] Extra per-MoE-layer latency (routing sync, expert-GEMM tail effects at tiny M), fitted
-/// to gpt-oss-20b's H100 batch-1 ITL intercept of 4.03-4.07 ms (calibration.md A).
+/// to gpt-oss-20b's H100 batch-1 ITL intercept of 4.03-4.07 ms (calibration.md A), whose
+/// experts ran on triton's `matmul_ogs`; Marlin and TRT-LLM have their own
+/// ([`ExpertKernel::layer_overhead_s`]).
 pub const MOE_LAYER_OVERHEAD_S: f64 = 40e-6;
 /// GPU work per step outside the layers: embedding gather, final norm, sampler kernels,
 /// D2H copy of sampled ids. [U] ~17 kernels at the latency floor.
@@ -765,7 +767,7 @@ impl CostModel {
         let floor_cut_s = (-(cal.step_overhead_s + always_exposed_s)).max(0.0);
         let floors_s = kernels * KERNEL_LATENCY_FLOOR_S;
         let cut_floors = |floors_s: f64| {
-            let moe_overhead_s = moe_layers * MOE_LAYER_OVERHEAD_S;
+            let moe_overhead_s = moe_layers * expert_kernel.layer_overhead_s(gpu);
             (
                 (floors_s - floor_cut_s).max(0.0),
                 (moe_overhead_s - (floor_cut_s - floors_s).max(0.0)).max(0.0),
@@ -825,10 +827,7 @@ impl CostModel {
             expert_peak_flops: achievable_expert_flops(gpu, expert_kernel)
                 * MOE_GEMM_EFFICIENCY
                 * cal.gemm,
-            expert_bw: gpu.hbm_bandwidth_bytes_per_s
-                * WEIGHT_STREAM_EFFICIENCY
-                * expert_kernel.stream_efficiency(gpu)
-                * cal.weight_stream,
+            expert_bw: expert_kernel.decode_weight_bytes_per_s(gpu) * cal.weight_stream,
             kv_bytes_full: kv_full,
             kv_bytes_sliding: kv_sliding,
             qk_flops_decode: qk_decode,
