@@ -33,11 +33,23 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
     assert_eq!(card, scorecard().unwrap());
     let all = card.summaries.iter().find(|s| s.group == "all").unwrap();
     assert_eq!(all.num_points, card.points.len());
-    // The default constants are the joint fit to every point: fitted again on all of them,
-    // no efficiency multiplier moves by more than 2%.
+    // The decode constants are the joint fit to every point: fitted again on all of them,
+    // neither multiplier moves by more than 2%. The prefill terms are not folded: with the
+    // measured tokenization (`frontend::TOKENIZE_PER_TOKEN_S`) the FP8 blog's 20k-token load
+    // TTFTs ask for GEMMs faster than the best-shape MAMF, which no GPU reaches, while
+    // InferenceMAX's 150 sweeps agree with the constants (docs/fidelity.md says so); the refit
+    // shows that tension, and the check keeps the docs' account of it true.
     for (term, v) in &card.fitted_on_all {
-        if !term.ends_with("_s") {
-            assert!((v - 1.0).abs() < 0.02, "{term} refits to {v}");
+        match term.as_str() {
+            "weight_stream" | "attention_decode" => {
+                assert!((v - 1.0).abs() < 0.02, "{term} refits to {v}")
+            }
+            "gemm" => assert!(
+                *v * twin_cost::roofline::GEMM_SHAPE_EFFICIENCY > 1.0,
+                "the blog's TTFTs no longer need a GEMM past MAMF's best shape ({v}): fold \
+                 the joint fit again and update docs/fidelity.md"
+            ),
+            _ => {}
         }
     }
     // No measurement carries the fit: held out, the median error grows by under 2 points.

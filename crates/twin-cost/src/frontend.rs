@@ -13,8 +13,13 @@
 /// same machines and client answered in 27 ms, so vLLM's own path is at least 33 ms of it.
 /// Before this (0.3 ms, a guess) every low-load TTFT was predicted 74–86% short.
 pub const REQUEST_S: f64 = 0.015;
-/// Tokenisation per prompt token (fast Rust tokenizers: ~20 M tokens/s). [U]
-pub const TOKENIZE_PER_TOKEN_S: f64 = 5e-8;
+/// [M] Tokenisation per prompt token: `tokenizer(prompt)` on a transformers `TokenizersBackend`
+/// (vLLM 0.34's `BaseRenderer._tokenize_prompt`), 2.5 µs a token, the median over o200k, Qwen
+/// and Llama-3 vocabularies of random-token and English prompts of 1k–20k tokens (1.3–3.3 µs;
+/// ~20 ms for 8k tokens), one core of an AMD EPYC (`bench/host/tokenize_cpu.py`,
+/// docs/measurements/tokenize_cpu.md). The encode holds the GIL and the renderer has one
+/// worker, so prompts are tokenized one at a time. Was an unmeasured 0.05 µs.
+pub const TOKENIZE_PER_TOKEN_S: f64 = 2.5e-6;
 /// [M] The API server's fixed work per engine step whose outputs it takes (msgpack decode and
 /// `OutputProcessor.process_outputs`' own overhead): what one stream's 30 µs at N = 1 leaves
 /// beside the two per-stream terms below (docs/measurements/host_cpu.md).
@@ -31,6 +36,11 @@ pub const STREAM_CHUNK_S: f64 = 14e-6;
 /// ~3 µs, `process_outputs` ~7 µs, detokenisation ~2.5 µs, the SSE chunk ~16.5 µs at N = 1).
 /// Was a guessed 0.2 ms.
 pub const DETOKENIZE_S: f64 = OUTPUT_STEP_S + OUTPUT_PER_STREAM_S + STREAM_CHUNK_S;
+
+/// The renderer's time to tokenize a `prompt_tokens`-token prompt.
+pub fn tokenize_s(prompt_tokens: usize) -> f64 {
+    TOKENIZE_PER_TOKEN_S * prompt_tokens as f64
+}
 
 /// One API-server thread's time on a step's `num_outputs` outputs, `num_chunks` of which it
 /// turns into SSE chunks. vLLM: `AsyncLLM`'s output handler (`process_outputs`), then each

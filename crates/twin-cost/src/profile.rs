@@ -70,9 +70,10 @@ impl CostCalibration {
         (crate::frontend::REQUEST_S + self.frontend_request_s).max(0.0)
     }
 
-    /// From the client's send to the engine's `add_request` for a `prompt_tokens`-token prompt.
+    /// From the client's send to the engine's `add_request` for a `prompt_tokens`-token prompt
+    /// that finds the renderer idle (the simulator queues prompts on it: `twin_sim::api_server`).
     pub fn frontend_input_s(&self, prompt_tokens: usize) -> f64 {
-        self.frontend_request_s() + crate::frontend::TOKENIZE_PER_TOKEN_S * prompt_tokens as f64
+        self.frontend_request_s() + crate::frontend::tokenize_s(prompt_tokens)
     }
 
     /// The terms as (name, value), in [`TERMS`] order.

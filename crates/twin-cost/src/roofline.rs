@@ -43,6 +43,9 @@ pub const KERNEL_LATENCY_FLOOR_S: f64 = 3e-6;
 /// `gemm_efficiency_*`). [D] a guessed 0.9 (vLLM linears are large but not MAMF-optimal
 /// shapes), refitted jointly on every published point: 0.82 while TTFT had no frontend time
 /// (the fit slowed prefill to make up for it), 0.89 with `frontend::REQUEST_S` in the TTFTs.
+/// Not refolded since tokenization was measured (`frontend::TOKENIZE_PER_TOKEN_S`): the FP8
+/// blog's 20k-token load TTFTs then ask for ×1.26 (1.12 of the best shape, unreachable), while
+/// InferenceMAX's sweeps agree with 0.89 (docs/fidelity.md).
 pub const GEMM_SHAPE_EFFICIENCY: f64 = 0.89;
 /// Grouped (MoE) GEMMs keep this fraction of the dense GEMM efficiency. [U]
 pub const MOE_GEMM_EFFICIENCY: f64 = 0.70;

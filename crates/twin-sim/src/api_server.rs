@@ -8,6 +8,11 @@
 //! next output arrives: only a step that fits one slice, reaching a backlogged server, is
 //! merged into the pending chunks (vLLM's `RequestOutputCollector`); a bigger one pays every
 //! chunk, and a server slower than the engine falls behind without bound.
+//!
+//! Prompts are tokenized before `add_request` on the renderer's worker threads
+//! (`BaseRenderer._executor`, `--renderer-num-workers`, default 1), in arrival order, each by
+//! the first worker free. transformers' tokenizer call releases the GIL while it encodes, so
+//! tokenization runs beside the output handler instead of delaying it.
 
 use twin_cost::frontend;
 
@@ -34,6 +39,8 @@ pub(crate) struct ApiServer {
     threads: f64,
     /// `--stream-interval`: a stream gets a chunk every this many tokens.
     stream_interval: usize,
+    /// When each renderer worker has tokenized the prompts handed to it so far.
+    renderer_free_s: Vec<f64>,
 }
 
 impl ApiServer {
@@ -41,12 +48,28 @@ impl ApiServer {
         api_server_count: usize,
         data_parallel_size: usize,
         stream_interval: usize,
+        renderer_num_workers: usize,
     ) -> Self {
         ApiServer {
             free_s: 0.0,
             threads: api_server_count.max(1) as f64 / data_parallel_size.max(1) as f64,
             stream_interval: stream_interval.max(1),
+            renderer_free_s: vec![0.0; renderer_num_workers.max(1)],
         }
+    }
+
+    /// A `prompt_tokens`-token prompt reaches the renderer at `ready_s`; returns when it is
+    /// tokenized. vLLM: `BaseRenderer._tokenize_prompt_async` on the renderer's executor, whose
+    /// workers take prompts in the order they came (each API-server process has its own).
+    pub(crate) fn tokenize(&mut self, ready_s: f64, prompt_tokens: usize) -> f64 {
+        let worker = self
+            .renderer_free_s
+            .iter_mut()
+            .min_by(|a, b| a.total_cmp(b))
+            .expect("at least one renderer worker");
+        let start_s = ready_s.max(*worker);
+        *worker = start_s + frontend::tokenize_s(prompt_tokens) / self.threads;
+        *worker
     }
 
     /// A step's `num_outputs` outputs reach the API server at `t_s`. (vLLM's inter-token
@@ -82,7 +105,7 @@ mod tests {
 
     #[test]
     fn one_stream_takes_the_measured_30_us() {
-        let mut a = ApiServer::new(1, 1, 1);
+        let mut a = ApiServer::new(1, 1, 1, 1);
         let seen = a.deliver(1.0, 1).seen_s;
         assert!((seen - 1.0 - frontend::DETOKENIZE_S).abs() < 1e-15);
         assert!((frontend::DETOKENIZE_S - 30e-6).abs() < 1e-12);
@@ -90,7 +113,7 @@ mod tests {
 
     #[test]
     fn a_thousand_streams_fall_behind_a_fast_engine() {
-        let mut a = ApiServer::new(1, 1, 1);
+        let mut a = ApiServer::new(1, 1, 1, 1);
         // ~20 ms of API-server work per step against a 10 ms engine step.
         let first = a.deliver(0.0, 1000).seen_s - 0.0;
         assert!((0.019..0.021).contains(&first), "{first}");
@@ -105,7 +128,7 @@ mod tests {
         assert!(lag_s[38] > 0.35, "{}", lag_s[38]);
         // A hundred streams behind a 1.5 ms step fit one slice: a backlogged step merges into
         // the pending chunks, and the lag stays bounded.
-        let mut small = ApiServer::new(1, 1, 1);
+        let mut small = ApiServer::new(1, 1, 1, 1);
         let lags: Vec<f64> = (0..200)
             .map(|k| {
                 let t = k as f64 * 0.0015;
@@ -114,16 +137,16 @@ mod tests {
             .collect();
         assert!(lags.iter().all(|&l| l < 0.005), "{lags:?}");
         // More API servers, or chunks every 8 tokens, cut the work.
-        let mut four = ApiServer::new(4, 1, 1);
+        let mut four = ApiServer::new(4, 1, 1, 1);
         assert!(four.deliver(0.0, 1000).seen_s < first / 3.9);
-        let mut sparse = ApiServer::new(1, 1, 8);
+        let mut sparse = ApiServer::new(1, 1, 8, 1);
         assert!(sparse.deliver(0.0, 1000).seen_s < first / 2.0);
     }
 
     #[test]
     fn outputs_beyond_what_one_thread_can_process_pile_up() {
         // 1000 streams at 6 µs each exceed a 5 ms engine step: nothing merges that away.
-        let mut a = ApiServer::new(1, 1, 1);
+        let mut a = ApiServer::new(1, 1, 1, 1);
         let mut lag = 0.0;
         for k in 0..100 {
             let t = k as f64 * 0.005;
@@ -133,8 +156,35 @@ mod tests {
     }
 
     #[test]
+    fn prompts_wait_for_the_renderer_in_arrival_order() {
+        let mut a = ApiServer::new(1, 1, 1, 1);
+        let one_s = frontend::tokenize_s(8192);
+        // An 8k-token prompt alone takes its own tokenization.
+        let first = a.tokenize(1.0, 8192);
+        assert!((first - 1.0 - one_s).abs() < 1e-12, "{first}");
+        // A burst: each waits for the ones ahead of it.
+        let burst: Vec<f64> = (0..4).map(|_| a.tokenize(2.0, 8192)).collect();
+        for (k, &done) in burst.iter().enumerate() {
+            let want = 2.0 + (k + 1) as f64 * one_s;
+            assert!((done - want).abs() < 1e-12, "{k}: {done} vs {want}");
+        }
+        // A later arrival after the queue drained starts at once.
+        assert!((a.tokenize(5.0, 1024) - 5.0 - frontend::tokenize_s(1024)).abs() < 1e-12);
+        // Two API servers share the work.
+        let mut two = ApiServer::new(2, 1, 1, 1);
+        assert!((two.tokenize(0.0, 8192) - one_s / 2.0).abs() < 1e-12);
+        // Two renderer workers take a burst two at a time.
+        let mut workers = ApiServer::new(1, 1, 1, 2);
+        let done: Vec<f64> = (0..4).map(|_| workers.tokenize(0.0, 8192)).collect();
+        let want = [one_s, one_s, 2.0 * one_s, 2.0 * one_s];
+        for (d, w) in done.iter().zip(want) {
+            assert!((d - w).abs() < 1e-12, "{done:?}");
+        }
+    }
+
+    #[test]
     fn metrics_stamp_a_step_when_the_server_takes_it_up() {
-        let mut a = ApiServer::new(1, 1, 1);
+        let mut a = ApiServer::new(1, 1, 1, 1);
         let first = a.deliver(0.0, 1000);
         assert_eq!(first.stamp_s, 0.0);
         // The next step arrives while the server is busy: stamped when it gets to it, seen

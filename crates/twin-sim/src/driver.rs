@@ -45,6 +45,8 @@ pub struct SchedulerKnobs {
     pub api_server_count: Option<usize>,
     /// `--stream-interval`: the API server streams a chunk every this many tokens.
     pub stream_interval: usize,
+    /// `--renderer-num-workers`: threads per API server that tokenize prompts.
+    pub renderer_num_workers: usize,
 }
 
 impl Default for SchedulerKnobs {
@@ -417,6 +419,7 @@ impl EngineSlot {
                     .unwrap_or(cfg.data_parallel_size.max(1)),
                 cfg.data_parallel_size,
                 cfg.knobs.stream_interval,
+                cfg.knobs.renderer_num_workers,
             ),
         })
     }
@@ -833,7 +836,8 @@ pub(crate) enum Entered {
 
 /// An arrived request: refused as vLLM's frontend does (a 400 when the prompt does not fit
 /// `max_model_len`), or accepted and on its way to `slot`'s engine, which it reaches after the
-/// frontend's time (`frontend_input_s`). Returns whether it was accepted.
+/// frontend's time (`frontend_request_s`, then its turn on the renderer). Returns whether it
+/// was accepted.
 #[allow(clippy::too_many_arguments)]
 fn admit(
     slot: &mut EngineSlot,
@@ -858,7 +862,10 @@ fn admit(
         workload.on_finished(&spec, None, spec.arrival_time_s);
         return false;
     }
-    let add_s = arrival_s + slot.cost.calibration().frontend_input_s(prompt_len);
+    // The request's own path (HTTP, chat template, the hops) runs concurrently with others';
+    // tokenization waits its turn on the renderer's worker.
+    let ready_s = arrival_s + slot.cost.calibration().frontend_request_s();
+    let add_s = slot.api_server.tokenize(ready_s, prompt_len);
     // The frontend keeps arrival order: none overtakes an earlier one on its way in.
     slot.pending.push_back(PendingRequest {
         spec,

@@ -202,6 +202,7 @@ pub const MODELLED_VLLM_FLAGS: &[&str] = &[
     "enable_mfu_metrics",
     "api_server_count",
     "stream_interval",
+    "renderer_num_workers",
 ];
 
 /// The model simulated when none is given. vLLM's own default (`--model`'s, in the table) is a
@@ -815,6 +816,16 @@ pub fn scheduler_knobs(v: &VllmValues<'_>) -> Result<crate::driver::SchedulerKno
             },
         },
         stream_interval: n("stream_interval")?,
+        renderer_num_workers: match n("renderer_num_workers")? {
+            // vLLM: `ThreadPoolExecutor(max_workers=0)` raises at start-up.
+            0 => {
+                return Err(cfg_err(
+                    "--renderer-num-workers",
+                    "must be at least 1: the renderer needs a thread to tokenize prompts",
+                ))
+            }
+            k => k,
+        },
     })
 }
 
