@@ -56,6 +56,7 @@ pub struct ReportBuilder {
     itl: LogHistogram,
     tpot: LogHistogram,
     e2e: LogHistogram,
+    frontend: LogHistogram,
     queue: LogHistogram,
     prefill: LogHistogram,
     decode: LogHistogram,
@@ -193,6 +194,9 @@ impl Observer for ReportBuilder {
         self.finished += 1;
         *self.finish.entry(r.finish_reason.as_str()).or_insert(0) += 1;
         self.e2e.record(e2e_s);
+        // This frontend's arrival to the engine's `add_request`: the API server's own time,
+        // the prompt's tokenization and its wait for the renderer.
+        self.frontend.record(t.queued_s - t.arrival_s);
         self.prompt_len.record(r.num_prompt_tokens as f64);
         self.output_len.record(t.num_generation_tokens as f64);
         self.prompt_tokens_total += r.num_prompt_tokens as u64;
@@ -408,6 +412,10 @@ pub struct Report {
     pub itl_s: Dist,
     pub tpot_s: Dist,
     pub e2e_s: Dist,
+    /// Client send (or, for a P/D decode half, the proxy's hand-off) to the engine's
+    /// `add_request`: the frontend's time before vLLM's queue interval starts. No vLLM metric
+    /// shows it; TTFT and E2E hold it.
+    pub frontend_s: Dist,
     pub queue_s: Dist,
     pub prefill_s: Dist,
     pub decode_s: Dist,
@@ -576,6 +584,7 @@ impl ReportBuilder {
             itl_s: (&self.itl).into(),
             tpot_s: (&self.tpot).into(),
             e2e_s: (&self.e2e).into(),
+            frontend_s: (&self.frontend).into(),
             queue_s: (&self.queue).into(),
             prefill_s: (&self.prefill).into(),
             decode_s: (&self.decode).into(),
@@ -668,6 +677,7 @@ impl Report {
             ("ITL", &self.itl_s),
             ("TPOT", &self.tpot_s),
             ("E2E", &self.e2e_s),
+            ("frontend", &self.frontend_s),
             ("queue", &self.queue_s),
             ("prefill", &self.prefill_s),
             ("decode", &self.decode_s),

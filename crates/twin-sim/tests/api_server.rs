@@ -143,8 +143,18 @@ fn a_burst_of_long_prompts_queues_on_the_renderer() {
         ))
     };
     let tokenize_s = twin_cost::frontend::tokenize_s(8192);
-    let one = stat(&burst(""), "ttft_s", "max");
+    let report = burst("");
+    let one = stat(&report, "ttft_s", "max");
     let four = stat(&burst("--renderer-num-workers 4"), "ttft_s", "max");
+    // The report says where the time went: before the engine, not in its queue.
+    let (frontend, queue) = (
+        stat(&report, "frontend_s", "mean"),
+        stat(&report, "queue_s", "mean"),
+    );
+    assert!(
+        frontend > 0.9 * stat(&report, "ttft_s", "mean") && queue < 0.1 * frontend,
+        "frontend {frontend} s, queue {queue} s"
+    );
     assert!(one > 64.0 * tokenize_s, "TTFT max {one} s");
     assert!(
         four < one / 2.5,
