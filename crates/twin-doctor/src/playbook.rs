@@ -260,6 +260,9 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
     let p = sig.prefill_s.mean.unwrap_or(0.0);
     base.push(ev("queue_mean_s", q, ""));
     base.push(ev("prefill_mean_s", p, ""));
+    if frontend_ttft(sig, &base, sev, conf, ctx, out) {
+        return;
+    }
     let kv = sig.kv_usage.as_ref();
     let kv_mean = kv.map(|g| g.mean).unwrap_or(0.0);
     let kv_max = kv.map(|g| g.max).unwrap_or(0.0);
@@ -404,6 +407,53 @@ fn scenario1_ttft(sig: &Signals, th: &Thresholds, ctx: &Ctx, out: &mut Vec<Findi
         let ex = [("prefill_mean_s", Down), ("ttft_p95_s", Down)];
         out.push(finding(FindingHead { id: "ttft-prefill-compute", scenario: "1", title: "TTFT high: prefill is slow although prompts are short", severity: sev, confidence: conf }, sig, e, "Prefill dominates TTFT without long prompts, a small budget or cache misses: each step is slow (a big batch, a slow GPU), so the prefill chunks wait behind it. The monitoring guide's compute-bound remedies apply: FP8 (W8A8) weights, more or faster GPUs.", vec![ctx.scale_out(sig, &ex)]));
     }
+}
+
+/// Branch 0: TTFT is spent neither queueing nor in prefill. vLLM stamps a request's arrival
+/// when the renderer takes it (`BaseRenderer.render_chat_async`, before the chat template and
+/// tokenization) and its first token when the output handler takes the step up, so what the
+/// engine's queue and prefill intervals leave of TTFT is the API server's: the prompt's
+/// tokenization and its wait for the renderer's workers (one by default), the hop to the engine
+/// core, and an output handler behind on other streams. Returns whether it named this.
+fn frontend_ttft(
+    sig: &Signals,
+    base: &[Evidence],
+    sev: Severity,
+    conf: Confidence,
+    ctx: &Ctx,
+    out: &mut Vec<Finding>,
+) -> bool {
+    let (Some(ttft_mean), Some(q), Some(p)) =
+        (sig.ttft_s.mean, sig.queue_s.mean, sig.prefill_s.mean)
+    else {
+        return false;
+    };
+    let before_engine = ttft_mean - q - p;
+    if before_engine <= 0.5 * ttft_mean {
+        return false;
+    }
+    let mut e = base.to_vec();
+    e.push(ev("ttft_mean_s", ttft_mean, ""));
+    e.push(ev(
+        "ttft_outside_queue_and_prefill_share",
+        before_engine / ttft_mean,
+        "> 0.5",
+    ));
+    let mut recs = Vec::new();
+    let expect = [("ttft_p95_s", Down)];
+    if let Some(r) = ctx.flag("--renderer-num-workers", None, "4".to_string(), &expect) {
+        recs.push(r);
+    }
+    if let Some(r) = ctx.flag("--api-server-count", None, "4".to_string(), &expect) {
+        recs.push(r);
+    }
+    recs.push(ctx.action(
+        "look for long prompts or a heavy chat template (tokenization costs ~2.5 µs a token on one thread)",
+        &expect,
+        "the prompts' text is not in the metrics",
+    ));
+    out.push(finding(FindingHead { id: "ttft-frontend", scenario: "1", title: "TTFT high: requests wait in the API server, before the engine", severity: sev, confidence: conf }, sig, e, "Most of TTFT is neither queue time nor prefill: requests spend it in vLLM's API server before the engine sees them (tokenizing prompts on the renderer's worker threads, one by default, in arrival order) or after (an output handler behind on other streams). The engine has headroom; the front does not.", recs));
+    true
 }
 
 /// Where to raise a pinned running cap: the seed's `0.8 / KV usage` times it, 2-8x (a

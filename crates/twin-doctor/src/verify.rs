@@ -175,11 +175,17 @@ fn s(x: impl ToString) -> String {
 }
 
 /// `empirical:v=p,...` from non-cumulative buckets, each bucket at its midpoint (1.5x the
-/// lower edge for +Inf), then rescaled so the mean matches the histogram's sum/count.
-pub fn empirical(hist: &[(f64, f64)], mean: Option<f64>, cap: f64) -> Option<String> {
+/// lower edge for +Inf), then rescaled so the mean matches the histogram's sum/count, less
+/// `less_tokens` (a shared prefix the simulator puts in front of each length).
+pub fn empirical(
+    hist: &[(f64, f64)],
+    mean: Option<f64>,
+    cap: f64,
+    less_tokens: f64,
+) -> Option<String> {
     let total: f64 = hist.iter().map(|x| x.1).sum();
     if total <= 0.0 {
-        return mean.map(|m| format!("{}", m.round().clamp(1.0, cap) as u64));
+        return mean.map(|m| format!("{}", (m - less_tokens).round().clamp(1.0, cap) as u64));
     }
     let mut prev = 0.0;
     let mut pts: Vec<(f64, f64)> = Vec::new();
@@ -203,7 +209,10 @@ pub fn empirical(hist: &[(f64, f64)], mean: Option<f64>, cap: f64) -> Option<Str
     };
     let body: Vec<String> = pts
         .iter()
-        .map(|(v, p)| format!("{}={:.4}", (v * k).round().clamp(1.0, cap) as u64, p))
+        .map(|(v, p)| {
+            let tokens = (v * k - less_tokens).round().clamp(1.0, cap) as u64;
+            format!("{tokens}={p:.4}")
+        })
         .collect();
     Some(format!("empirical:{}", body.join(",")))
 }
@@ -339,31 +348,32 @@ fn fit(
     }
     // The workload.
     let cap = known.max_model_len.map(|m| m as f64).unwrap_or(1e6);
-    if let Some(spec) = empirical(&sig.prompt_len_hist, sig.mean_input_len, cap) {
+    let mean_in = sig.mean_input_len.unwrap_or(700.0);
+    let shared_prefix = sig.prefix_hit_rate.filter(|h| *h >= 0.02).map(|h| {
+        let hit_tokens = h * mean_in;
+        let (len, share) = if hit_tokens <= 0.5 * mean_in {
+            (0.5 * mean_in, (hit_tokens / (0.5 * mean_in)).min(1.0))
+        } else {
+            (hit_tokens, 1.0)
+        };
+        (len.round().max(1.0), share)
+    });
+    // The simulator puts a shared prefix in front of `--input-len` tokens: the observed prompt
+    // lengths hold it, so the lengths it is given are the rest.
+    let prefix_tokens = shared_prefix.map_or(0.0, |(len, share)| len * share);
+    if let Some(spec) = empirical(&sig.prompt_len_hist, sig.mean_input_len, cap, prefix_tokens) {
         a.extend([s("--input-len"), spec]);
     } else {
         notes.push("no prompt-length histogram: the workload preset's prompts are used".into());
     }
-    if let Some(spec) = empirical(&sig.gen_len_hist, sig.mean_output_len, cap) {
+    if let Some(spec) = empirical(&sig.gen_len_hist, sig.mean_output_len, cap, 0.0) {
         a.extend([s("--output-len"), spec]);
     }
-    let mean_in = sig.mean_input_len.unwrap_or(700.0);
-    match sig.prefix_hit_rate.filter(|h| *h >= 0.02) {
-        Some(h) => {
-            let hit_tokens = h * mean_in;
-            let (len, share) = if hit_tokens <= 0.5 * mean_in {
-                (0.5 * mean_in, (hit_tokens / (0.5 * mean_in)).min(1.0))
-            } else {
-                (hit_tokens, 1.0)
-            };
-            a.extend([
-                s("--shared-prefix"),
-                format!(
-                    "groups=4,len={},share={share:.3}",
-                    len.round().max(1.0) as u64
-                ),
-            ]);
-        }
+    match shared_prefix {
+        Some((len, share)) => a.extend([
+            s("--shared-prefix"),
+            format!("groups=4,len={},share={share:.3}", len as u64),
+        ]),
         None => a.extend([s("--shared-prefix"), s("none")]),
     }
     let running = sig.running.clone().unwrap_or_default();
@@ -847,15 +857,24 @@ mod tests {
         ];
         // Midpoints 150 and 350; an observed mean of 300 (not 250) scales both by 1.2.
         assert_eq!(
-            empirical(&h, Some(250.0), 1e6).unwrap(),
+            empirical(&h, Some(250.0), 1e6, 0.0).unwrap(),
             "empirical:150=0.5000,350=0.5000"
         );
         assert_eq!(
-            empirical(&h, Some(300.0), 1e6).unwrap(),
+            empirical(&h, Some(300.0), 1e6, 0.0).unwrap(),
             "empirical:180=0.5000,420=0.5000"
         );
-        assert_eq!(empirical(&[], Some(42.4), 1e6).as_deref(), Some("42"));
-        assert_eq!(empirical(&[], None, 1e6), None);
+        // A shared prefix the simulator adds in front comes off every length (not below 1).
+        assert_eq!(
+            empirical(&h, Some(300.0), 1e6, 100.0).unwrap(),
+            "empirical:80=0.5000,320=0.5000"
+        );
+        assert_eq!(
+            empirical(&h, Some(300.0), 1e6, 400.0).unwrap(),
+            "empirical:1=0.5000,20=0.5000"
+        );
+        assert_eq!(empirical(&[], Some(42.4), 1e6, 0.0).as_deref(), Some("42"));
+        assert_eq!(empirical(&[], None, 1e6, 0.0), None);
     }
 
     #[test]

@@ -150,6 +150,11 @@ pub const FLAG_SINCE: &[(&str, Version)] = &[
     ("--max-num-active-seqs", Version(0, 31, 0)),
     // The JSON flag replaced --speculative-model in the 0.8 series; 0.9 to be safe.
     ("--speculative-config", Version(0, 9, 0)),
+    // The renderer's thread pool: a single worker from PR #34789 (2026-02), the flag is in
+    // v0.25.1's `ModelConfig`; 0.25 is the first release we are sure of.
+    ("--renderer-num-workers", Version(0, 25, 0)),
+    // Several API-server processes in front of one engine: in the 0.9 series; 0.10 to be safe.
+    ("--api-server-count", Version(0, 10, 0)),
 ];
 
 pub fn flag_since(flag: &str) -> Version {

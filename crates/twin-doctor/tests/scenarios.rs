@@ -6,6 +6,7 @@ mod common;
 use common::*;
 
 const BRANCHES: &[&str] = &[
+    "ttft-frontend",
     "ttft-queue-kv-full",
     "ttft-queue-pseudo-saturation",
     "ttft-queue-overload",
@@ -314,6 +315,56 @@ fn prefix_cache_off_with_long_shared_prompts() {
         .recommendations
         .iter()
         .any(|r| r.flag.as_deref() == Some("--enable-prefix-caching")));
+}
+
+#[test]
+fn tokenization_backlog_is_time_before_the_engine() {
+    // 8k-token prompts, 8000 tokens of them a cached system prompt: the engine takes each in
+    // a few ms, but tokenizing a whole prompt takes the renderer's one worker ~20 ms, so at 60
+    // requests a second the prompts queue in the API server and TTFT grows while the engine's
+    // queue and prefill stay short.
+    let path = scenario(
+        "frontend",
+        "--model Qwen/Qwen3-4B --gpu b200 --input-len 192 --output-len 4 \
+         --shared-prefix groups=1,len=8000,share=1 --request-rate 60 --num-requests 2000",
+    );
+    let d = doctor(&[
+        path.to_str().unwrap(),
+        "--vllm-version",
+        "0.34.0",
+        "--verify",
+    ]);
+    let n = named(&d);
+    assert!(
+        n.contains(&"ttft-frontend"),
+        "{}",
+        twin_doctor::render::text(&d)
+    );
+    assert!(
+        !n.iter()
+            .any(|x| x.starts_with("ttft-queue") || x.starts_with("ttft-prefill")),
+        "{n:?}"
+    );
+    let f = finding(&d, "ttft-frontend");
+    let offers = |f: &twin_doctor::Finding, flag: &str| {
+        f.recommendations
+            .iter()
+            .chain(&f.rejected)
+            .any(|r| r.flag.as_deref() == Some(flag))
+    };
+    assert!(
+        offers(f, "--renderer-num-workers"),
+        "{}",
+        twin_doctor::render::text(&d)
+    );
+    // More API servers tokenize in parallel: the twin, replaying the window, sees TTFT fall.
+    assert_eq!(verdict(f, "--api-server-count"), "helps");
+    // The same doctor on vLLM 0.20 does not offer a flag that version may lack.
+    let old = doctor(&[path.to_str().unwrap(), "--vllm-version", "0.20.0"]);
+    assert!(!offers(
+        finding(&old, "ttft-frontend"),
+        "--renderer-num-workers"
+    ));
 }
 
 #[test]
