@@ -15,10 +15,11 @@
 pub const REQUEST_S: f64 = 0.015;
 /// [M] Tokenisation per prompt token: `tokenizer(prompt)` on a transformers `TokenizersBackend`
 /// (vLLM 0.34's `BaseRenderer._tokenize_prompt`), 2.5 µs a token, the median over o200k, Qwen
-/// and Llama-3 vocabularies of random-token and English prompts of 1k–20k tokens (1.3–3.3 µs;
+/// and Llama-3 vocabularies of random-token and English prompts of 1k–20k tokens (1.5–3.5 µs;
 /// ~20 ms for 8k tokens), one core of an AMD EPYC (`bench/host/tokenize_cpu.py`,
-/// docs/measurements/tokenize_cpu.md). The encode holds the GIL and the renderer has one
-/// worker, so prompts are tokenized one at a time. Was an unmeasured 0.05 µs.
+/// docs/measurements/tokenize_cpu.md). The call releases the GIL while it encodes; prompts
+/// queue for the renderer's `--renderer-num-workers` threads (`twin_sim::api_server`). Was an
+/// unmeasured 0.05 µs.
 pub const TOKENIZE_PER_TOKEN_S: f64 = 2.5e-6;
 /// [M] The API server's fixed work per engine step whose outputs it takes (msgpack decode and
 /// `OutputProcessor.process_outputs`' own overhead): what one stream's 30 µs at N = 1 leaves
