@@ -381,7 +381,17 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
             points: b.len() as u64,
             error_before: eb,
             error_after: ea,
+            mean_prompt_tokens: input.mean_prompt_tokens(),
         });
+    }
+    if result.one_prompt_length {
+        let n = inputs
+            .iter()
+            .filter_map(Prepared::mean_prompt_tokens)
+            .fold(0.0, f64::max);
+        warnings.push(format!(
+            "every bench result or timeline has prompts of about {n:.0} tokens: TTFT cannot tell the frontend's time from prefill speed, so frontend_request_s was left at its default and the prefill terms fitted at that length alone; a profile simulating prompts 2× shorter or longer extrapolates (the sweeps in docs/fidelity.md: up to 25% on TTFT); give runs at a second prompt length to fit both"
+        ));
     }
     for g in &result.at_bound {
         warnings.push(format!(

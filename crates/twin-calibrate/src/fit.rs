@@ -111,17 +111,11 @@ impl Prepared {
         }
     }
     /// The replayed workload's mean prompt length (bench results and timelines).
-    fn mean_prompt_tokens(&self) -> Option<f64> {
-        let Prepared::Replay { config, .. } = self else {
-            return None;
-        };
-        let w = &config.workload;
-        Some(match &w.arrivals {
-            twin_workload::Arrivals::Trace(records) if !records.is_empty() => {
-                records.iter().map(|r| r.input_len as f64).sum::<f64>() / records.len() as f64
-            }
-            _ => w.input_len.mean(),
-        })
+    pub fn mean_prompt_tokens(&self) -> Option<f64> {
+        match self {
+            Prepared::Replay { config, .. } => Some(config.workload.mean_prompt_tokens()),
+            _ => None,
+        }
     }
 
     /// Labels of the points, in [`Prepared::predict`] order.
@@ -365,6 +359,9 @@ pub struct FitResult {
     pub frozen: Vec<String>,
     /// Only bench results or timelines at one load: the per-step overhead was left out.
     pub one_load: bool,
+    /// Bench results or timelines whose mean prompts are all within 2× of each other: the
+    /// frontend's time was left out (TTFT alone cannot tell it from prefill speed).
+    pub one_prompt_length: bool,
     /// Searched groups that ended on a bound: the data want more than the model allows.
     pub at_bound: Vec<String>,
     pub evals: usize,
@@ -582,6 +579,7 @@ pub fn fit(inputs: &[Prepared], opts: FitOptions) -> Result<FitResult, SimError>
         fitted: search.groups.iter().map(name).collect(),
         frozen,
         one_load,
+        one_prompt_length,
         at_bound,
         evals: search.evals,
         objective_before,

@@ -194,6 +194,19 @@ fn a_bench_result_of_an_h100_run_calibrates_an_a100_twin() {
         "{:?}",
         out.warnings
     );
+    // One prompt length: the frontend cannot be told from prefill speed; said, and the
+    // length kept in the profile so a simulation at other lengths says it extrapolates.
+    assert!(
+        out.warnings
+            .iter()
+            .any(|w| w.contains("prompts of about 800 tokens")),
+        "{:?}",
+        out.warnings
+    );
+    assert_eq!(
+        out.profile.fitted_on.inputs[0].mean_prompt_tokens,
+        Some(800.0)
+    );
     let calibrated = run_as_a100_with(&out.profile, "a100-from-h100-bench.json", RANDOM_DATASET);
     assert_reproduces(&h100, &calibrated, "A100 + bench profile");
 
@@ -288,6 +301,11 @@ fn bench_results_at_two_loads_find_a_slower_frontend_and_reproduce_it() {
             max_evals: 200,
             ..Request::default()
         },
+    );
+    assert!(
+        !out.warnings.iter().any(|w| w.contains("prompts of about")),
+        "{:?}",
+        out.warnings
     );
     let found = out.profile.terms.frontend_request_s;
     assert!(

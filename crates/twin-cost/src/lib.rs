@@ -56,7 +56,7 @@ pub use memory_plan::{
 pub use model::{from_hf_config_json, ModelSpec};
 pub use moe_kernel::{ExpertKernel, MoeActivation, MoeBackend};
 pub use precision::{KvCacheDtype, WeightFormat};
-pub use profile::{CalibrationProfile, CostCalibration, ProfileError, PROFILE_SCHEMA};
+pub use profile::{CalibrationProfile, CostCalibration, FittedOn, ProfileError, PROFILE_SCHEMA};
 pub use roofline::{
     BatchShape, CostModel, DecodeGroup, DpStep, DpTokens, GraphMode, SeqChunk, StepBreakdown,
     StepCost, Utilisation,

@@ -131,6 +131,9 @@ pub struct FitInput {
     pub error_before: f64,
     /// The same with the fitted terms.
     pub error_after: f64,
+    /// The replayed workload's mean prompt length (bench results and timelines): the
+    /// prompt lengths the fitted prefill and frontend terms were seen at.
+    pub mean_prompt_tokens: Option<f64>,
 }
 
 /// What a profile was fitted on.
@@ -308,14 +311,35 @@ impl CalibrationProfile {
                     only_keys(
                         o,
                         &field,
-                        &["kind", "path", "points", "error_before", "error_after"],
+                        &[
+                            "kind",
+                            "path",
+                            "points",
+                            "error_before",
+                            "error_after",
+                            "mean_prompt_tokens",
+                        ],
                     )?;
+                    let mean_prompt_tokens = match o.get("mean_prompt_tokens") {
+                        None => None,
+                        Some(_) => {
+                            let n = number(o, &field, "mean_prompt_tokens")?;
+                            if !(n.is_finite() && n >= 0.0) {
+                                return Err(ProfileError::new(
+                                    format!("{field}.mean_prompt_tokens"),
+                                    format!("{n} is not a token count"),
+                                ));
+                            }
+                            Some(n)
+                        }
+                    };
                     fitted_on.inputs.push(FitInput {
                         kind: string(o, &field, "kind")?,
                         path: string(o, &field, "path")?,
                         points: number(o, &field, "points")?.max(0.0) as u64,
                         error_before: number(o, &field, "error_before")?,
                         error_after: number(o, &field, "error_after")?,
+                        mean_prompt_tokens,
                     });
                 }
             }
@@ -334,13 +358,17 @@ impl CalibrationProfile {
             .inputs
             .iter()
             .map(|i| {
-                json!({
+                let mut o = json!({
                     "kind": i.kind,
                     "path": i.path,
                     "points": i.points,
                     "error_before": i.error_before,
                     "error_after": i.error_after,
-                })
+                });
+                if let (Some(n), Value::Object(m)) = (i.mean_prompt_tokens, &mut o) {
+                    m.insert("mean_prompt_tokens".into(), json!(n));
+                }
+                o
             })
             .collect();
         let v = json!({
@@ -387,6 +415,7 @@ mod tests {
                     points: 3,
                     error_before: 0.4,
                     error_after: 0.01,
+                    mean_prompt_tokens: Some(1843.5),
                 }],
             },
         };
@@ -422,6 +451,10 @@ mod tests {
             (
                 r#"{"schema": "vllm-twin-calibration/1", "fitted_on": {"inputs": [{"kind": 3}]}}"#,
                 "fitted_on.inputs[0].kind",
+            ),
+            (
+                r#"{"schema": "vllm-twin-calibration/1", "fitted_on": {"inputs": [{"kind": "bench", "path": "b.json", "mean_prompt_tokens": -3}]}}"#,
+                "fitted_on.inputs[0].mean_prompt_tokens",
             ),
             ("[1, 2]", "(top level)"),
             ("{", "(file)"),

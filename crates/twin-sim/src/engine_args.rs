@@ -1329,8 +1329,8 @@ pub fn simulate_from_matches(
             "--moe-backend / --quantization-config moe.activation: accepted; the twin models them for MXFP4 experts only, {model_name}'s experts keep their format's kernel"
         ));
     }
-    let calibration = match twin("calibration") {
-        None => twin_cost::CostCalibration::default(),
+    let calibration_profile = match twin("calibration") {
+        None => None,
         Some(path) => {
             let text =
                 read_file(path).map_err(|e| cfg_err("--calibration", format!("{path}: {e}")))?;
@@ -1360,7 +1360,7 @@ pub fn simulate_from_matches(
                     fitted.model
                 ));
             }
-            p.terms
+            Some(p)
         }
     };
 
@@ -1514,6 +1514,13 @@ pub fn simulate_from_matches(
             ));
         }
     }
+    if let (Some(p), Some(path)) = (&calibration_profile, twin("calibration")) {
+        if let Some(note) = prompt_length_note(path, &p.fitted_on, &workload) {
+            notes.push(note);
+        }
+    }
+    let calibration =
+        calibration_profile.map_or_else(twin_cost::CostCalibration::default, |p| p.terms);
     let config = SimConfig {
         model,
         gpu,
@@ -1543,6 +1550,28 @@ pub fn simulate_from_matches(
         kv_cache_metrics,
         fleet: fleet_from_matches(m)?,
         notes,
+    })
+}
+
+/// A note when the workload's prompts are more than 2× shorter or longer than any the profile's
+/// bench results and timelines had: its prefill and frontend terms are extrapolated there.
+fn prompt_length_note(
+    path: &str,
+    fitted: &twin_cost::FittedOn,
+    workload: &WorkloadSpec,
+) -> Option<String> {
+    let seen: Vec<f64> = fitted
+        .inputs
+        .iter()
+        .filter_map(|i| i.mean_prompt_tokens)
+        .collect();
+    let lo = seen.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = seen.iter().copied().fold(0.0, f64::max);
+    let mean = workload.mean_prompt_tokens();
+    (!seen.is_empty() && (mean < lo / 2.0 || mean > 2.0 * hi)).then(|| {
+        format!(
+            "--calibration {path}: fitted on prompts of {lo:.0}-{hi:.0} tokens (mean per input), simulating {mean:.0}: its prefill and frontend terms are extrapolated"
+        )
     })
 }
 
@@ -1723,6 +1752,9 @@ mod tests {
             match p {
                 "good.json" => Ok(good.to_string()),
                 "v2.json" => Ok(r#"{"schema": "vllm-twin-calibration/2"}"#.to_string()),
+                "1k.json" => Ok(r#"{"schema": "vllm-twin-calibration/1",
+                    "fitted_on": {"inputs": [{"kind": "bench", "path": "b.json", "mean_prompt_tokens": 922}]}}"#
+                    .to_string()),
                 "typo.json" => {
                     Ok(r#"{"schema": "vllm-twin-calibration/1", "terms": {"gem": 1}}"#.to_string())
                 }
@@ -1745,6 +1777,20 @@ mod tests {
             "{:?}",
             b.notes
         );
+        // Fitted on ~1k-token prompts: 8k-token ones are extrapolated, and said; 1.5k are not.
+        let note = |extra: &str| {
+            parse_simulate_args(&args(&format!("--calibration 1k.json {extra}")), &read)
+                .unwrap()
+                .notes
+                .into_iter()
+                .find(|n| n.contains("extrapolated"))
+        };
+        let long = note("--input-len 8192 --shared-prefix none").unwrap();
+        assert!(
+            long.contains("1k.json") && long.contains("922-922") && long.contains("8192"),
+            "{long}"
+        );
+        assert_eq!(note("--input-len 1500 --shared-prefix none"), None);
         assert!(parse("").unwrap().config.calibration.is_identity());
         for (file, field) in [
             ("v2.json", "field schema"),

@@ -108,6 +108,22 @@ fn spec_err(field: &str, message: String) -> WorkloadError {
 }
 
 impl WorkloadSpec {
+    /// The mean prompt length the engine sees: a trace's records, or the length distribution
+    /// plus the shared prefix the generator puts in front of a share of the prompts.
+    pub fn mean_prompt_tokens(&self) -> f64 {
+        if let Arrivals::Trace(records) = &self.arrivals {
+            if records.is_empty() {
+                return 0.0;
+            }
+            return records.iter().map(|r| r.input_len as f64).sum::<f64>() / records.len() as f64;
+        }
+        let prefix = self
+            .shared_prefix
+            .as_ref()
+            .map_or(0.0, |sp| sp.share * sp.prefix_len as f64);
+        self.input_len.mean() + prefix
+    }
+
     /// Every bound a workload must respect before anything is generated (docs/limits.md).
     pub fn validate(&self) -> Result<(), WorkloadError> {
         if let Some(sp) = &self.shared_prefix {
@@ -698,6 +714,30 @@ mod tests {
         assert_eq!(n, 5000);
         let rate = 5000.0 / last;
         assert!((rate - 10.0).abs() < 0.6, "rate {rate}");
+    }
+
+    #[test]
+    fn mean_prompt_tokens_is_what_the_generator_sends() {
+        // Half the prompts carry the 8-token prefix in front of 20 tokens of their own.
+        let mut s = spec(Arrivals::Open(ArrivalProcess {
+            shape: ArrivalShape::Poisson,
+            rate: RateProfile::Constant(10.0),
+        }));
+        s.num_requests = 4000;
+        s.shared_prefix.as_mut().unwrap().share = 0.5;
+        let expected = s.mean_prompt_tokens();
+        assert_eq!(expected, 24.0);
+        let mut w = Workload::new(s).unwrap();
+        let (mut total, mut n) = (0usize, 0usize);
+        while let Some(r) = w.pop_due(f64::INFINITY) {
+            total += r.prompt_token_ids.len();
+            n += 1;
+        }
+        let sent = total as f64 / n as f64;
+        assert!(
+            (sent - expected).abs() < 0.2,
+            "sent {sent}, expected {expected}"
+        );
     }
 
     #[test]
