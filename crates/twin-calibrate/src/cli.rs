@@ -390,7 +390,7 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
             .filter_map(Prepared::mean_prompt_tokens)
             .fold(0.0, f64::max);
         warnings.push(format!(
-            "every bench result or timeline has prompts of about {n:.0} tokens: TTFT cannot tell the frontend's time from prefill speed, so frontend_request_s was left at its default and the prefill terms fitted at that length alone; a profile simulating prompts 2× shorter or longer extrapolates (the sweeps in docs/fidelity.md: up to 25% on TTFT); give runs at a second prompt length to fit both"
+            "every bench result or timeline has prompts of about {n:.0} tokens: TTFT cannot tell the frontend's time from prefill speed, so frontend_request_s was left at its default and the prefill terms fitted at that length alone; a profile simulating prompts 2× shorter or longer extrapolates (docs/fidelity.md: fitted on 1k-token runs, 8k-token TTFTs came out 25% off at p90); give runs at a second prompt length to fit both"
         ));
     }
     for g in &result.at_bound {
