@@ -335,9 +335,14 @@ pub fn calibrate(req: &Request) -> Result<Outcome, CalibrateError> {
     if !result.frozen.is_empty() {
         let _ = writeln!(
             summary,
-            "  left at default (these inputs do not move them{}): {}",
+            "  left at default (these inputs do not move them or cannot tell them apart{}{}): {}",
             if result.one_load {
                 "; a per-step overhead needs inputs at two or more loads"
+            } else {
+                ""
+            },
+            if result.one_prompt_length {
+                "; the frontend's time needs prompts of two lengths"
             } else {
                 ""
             },

@@ -207,6 +207,12 @@ fn a_bench_result_of_an_h100_run_calibrates_an_a100_twin() {
         out.profile.fitted_on.inputs[0].mean_prompt_tokens,
         Some(800.0)
     );
+    assert!(
+        out.summary
+            .contains("the frontend's time needs prompts of two lengths"),
+        "{}",
+        out.summary
+    );
     let calibrated = run_as_a100_with(&out.profile, "a100-from-h100-bench.json", RANDOM_DATASET);
     assert_reproduces(&h100, &calibrated, "A100 + bench profile");
 
