@@ -9,7 +9,8 @@
 //!   the deployment's prompt lengths and loads.
 //!
 //! Prints each fit's terms and the held-out median and p90 |error| per metric, before
-//! (defaults) and after. A few minutes on two cores; docs/fidelity.md records the output.
+//! (defaults) and after. `SWEEP_MAX_EVALS` sets the search's budget (default `calibrate`'s).
+//! On two cores: ~4 minutes for `shape`, ~20 for `halves`; docs/fidelity.md records the output.
 //!
 //! cargo run --profile ci -p twin-calibrate --example sweep_calibration
 
@@ -92,9 +93,12 @@ fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
             mean_output: None,
         });
     }
-    let cal = fit(&train, FitOptions::default())
-        .map_err(|e| e.to_string())?
-        .calibration;
+    let max_evals = match std::env::var("SWEEP_MAX_EVALS") {
+        Ok(n) => n.parse().map_err(|e| format!("SWEEP_MAX_EVALS={n}: {e}"))?,
+        Err(_) => FitOptions::default().max_evals,
+    };
+    let result = fit(&train, FitOptions { max_evals }).map_err(|e| e.to_string())?;
+    let cal = result.calibration;
     let terms: Vec<String> = cal
         .values()
         .iter()
@@ -102,9 +106,10 @@ fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
         .map(|(k, v)| format!("{k} {v:.3e}"))
         .collect();
     let line = format!(
-        "{}: fitted on {} runs: {}",
+        "{}: fitted on {} runs ({} evaluations): {}",
         f.name,
         f.train.len(),
+        result.evals,
         terms.join(", ")
     );
     let mut errors = Vec::new();
