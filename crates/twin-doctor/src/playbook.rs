@@ -448,7 +448,10 @@ fn frontend_ttft(
         recs.push(r);
     }
     recs.push(ctx.action(
-        "look for long prompts or a heavy chat template (tokenization costs ~2.5 µs a token on one thread)",
+        &format!(
+            "look for long prompts or a heavy chat template (tokenization costs ~{:.1} µs a token on one thread)",
+            twin_cost::frontend::TOKENIZE_PER_TOKEN_S * 1e6
+        ),
         &expect,
         "the prompts' text is not in the metrics",
     ));

@@ -1360,7 +1360,7 @@ pub fn simulate_from_matches(
                     fitted.model
                 ));
             }
-            Some(p)
+            Some((path, p))
         }
     };
 
@@ -1514,13 +1514,13 @@ pub fn simulate_from_matches(
             ));
         }
     }
-    if let (Some(p), Some(path)) = (&calibration_profile, twin("calibration")) {
+    if let Some((path, p)) = &calibration_profile {
         if let Some(note) = prompt_length_note(path, &p.fitted_on, &workload) {
             notes.push(note);
         }
     }
     let calibration =
-        calibration_profile.map_or_else(twin_cost::CostCalibration::default, |p| p.terms);
+        calibration_profile.map_or_else(twin_cost::CostCalibration::default, |(_, p)| p.terms);
     let config = SimConfig {
         model,
         gpu,
