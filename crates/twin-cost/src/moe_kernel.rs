@@ -75,10 +75,11 @@ pub enum ExpertKernel {
 
 /// [D] Marlin's prefill GEMMs on Hopper and Blackwell keep this fraction of the dense BF16
 /// GEMM rate: it issues Ampere's `mma.sync`, not `wgmma`. Fitted to InferenceMAX's H100 8k/1k
-/// TTFTs at 4 concurrent (TP 2/4/8, `VLLM_MXFP4_USE_MARLIN=1`, vLLM 0.13), each within 0.5%
-/// with the prompts' measured tokenization in the TTFTs (0.35 before it); its H200 runs and
-/// every other shape are held out (docs/fidelity.md).
-pub const MARLIN_WGMMA_GPU_COMPUTE_EFFICIENCY: f64 = 0.43;
+/// TTFTs at 4 concurrent (TP 2/4/8, `VLLM_MXFP4_USE_MARLIN=1`, vLLM 0.13), each within 0.7%,
+/// of the rows Marlin computes ([`marlin_padded_rows_per_routed_row`]; 0.43 before the padding
+/// was modelled, 0.35 before the prompts' measured tokenization); its H200 runs and every other
+/// shape are held out (docs/fidelity.md).
+pub const MARLIN_WGMMA_GPU_COMPUTE_EFFICIENCY: f64 = 0.47;
 
 // The decode constants below are fitted to InferenceMAX's gpt-oss-120b 1k/1k runs (vLLM 0.13)
 // on one GPU per kernel, at 4, 16 and 64 concurrent: the MoE layers' share of each run's ITL
@@ -104,6 +105,53 @@ pub const TRTLLM_MXFP8_EXPERT_STREAM_FRACTION_OF_PEAK: f64 = 1.0;
 /// measurements of it, want 40 µs (with this kernel's 6.8 µs they are 26% short); no source
 /// measures both kernels on one vLLM version (docs/fidelity.md).
 pub const TRTLLM_MXFP8_MOE_LAYER_OVERHEAD_S: f64 = 6.8e-6;
+
+/// Marlin's row block for a step whose experts get `rows_per_expert` routed rows on average:
+/// the first of 8, 16, 32, 48, 64 the mean fills less than 90% of, else 64.
+/// vLLM: `fused_marlin_moe` (its `block_size_m` loop).
+pub fn marlin_block_size_m(rows_per_expert: f64) -> f64 {
+    const BLOCKS: [f64; 5] = [8.0, 16.0, 32.0, 48.0, 64.0];
+    BLOCKS
+        .into_iter()
+        .find(|&b| rows_per_expert / b < 0.9)
+        .unwrap_or(64.0)
+}
+
+/// Rows Marlin's expert GEMMs compute per routed row when `tokens` tokens each pick `top_k` of
+/// `num_experts` experts: `moe_align_block_size` pads every expert's rows up to a whole
+/// `block_size_m` block and the kernel multiplies whole blocks (the padding is masked in the
+/// epilogue, not skipped). An expert's rows are taken as Poisson; at 1k-token prefills of
+/// gpt-oss (32 rows an expert, 48-row blocks) it is ~1.5, at 8k ~1.1, at a decode of 64 ~3.5
+/// (there the weights' streaming hides it). vLLM: `fused_marlin_moe`, `moe_align_block_size`.
+pub fn marlin_padded_rows_per_routed_row(tokens: f64, top_k: f64, num_experts: f64) -> f64 {
+    let lambda = tokens * top_k / num_experts;
+    if lambda <= 0.0 || !lambda.is_finite() {
+        return 1.0;
+    }
+    let block = marlin_block_size_m(lambda);
+    // E[ceil(n / block)] over n ~ Poisson(lambda), summed where the mass is (±12 sd).
+    let sd = lambda.sqrt();
+    let lo = (lambda - 12.0 * sd - 1.0).floor().max(0.0);
+    let hi = (lambda + 12.0 * sd + 1.0).ceil();
+    let mut pmf = (-lambda + lo * lambda.ln() - ln_factorial(lo)).exp();
+    let mut blocks = 0.0;
+    let mut n = lo;
+    while n <= hi {
+        blocks += pmf * (n / block).ceil();
+        n += 1.0;
+        pmf *= lambda / n;
+    }
+    (blocks * block / lambda).max(1.0)
+}
+
+/// ln(n!) for a whole `n` >= 0: exact below 20, Stirling's series (error < 1e-12) above.
+fn ln_factorial(n: f64) -> f64 {
+    if n < 20.0 {
+        return (2..=n as u32).map(|k| f64::from(k).ln()).sum();
+    }
+    n * n.ln() - n + 0.5 * (std::f64::consts::TAU * n).ln() + 1.0 / (12.0 * n)
+        - 1.0 / (360.0 * n * n * n)
+}
 
 /// `select_mxfp4_moe_backend` for `expert_format` experts on `gpu`.
 pub fn select_expert_kernel(
@@ -296,5 +344,28 @@ mod tests {
             Some(MoeBackend::FlashinferTrtllm)
         );
         assert_eq!(MoeBackend::parse("deep_gemm"), None);
+    }
+
+    #[test]
+    fn marlin_pads_small_expert_batches_to_whole_blocks() {
+        // gpt-oss: 128 experts, 4 a token.
+        assert_eq!(marlin_block_size_m(32.0), 48.0);
+        assert_eq!(marlin_block_size_m(28.0), 32.0);
+        assert_eq!(marlin_block_size_m(2.0), 8.0);
+        assert_eq!(marlin_block_size_m(256.0), 64.0);
+        let ratio = |tokens: f64| marlin_padded_rows_per_routed_row(tokens, 4.0, 128.0);
+        // 1k tokens: 32 rows an expert in 48-row blocks.
+        assert!((ratio(1024.0) - 1.5).abs() < 0.02, "{}", ratio(1024.0));
+        // 8k: 256 rows an expert, in 64-row blocks whose last is half empty on average.
+        assert!((ratio(8192.0) - 1.125).abs() < 0.03, "{}", ratio(8192.0));
+        // A decode of 64: 2 rows an expert in blocks of 8, P(n > 0) = 1 - e^-2.
+        let decode = 8.0 * (1.0 - (-2.0f64).exp()) / 2.0;
+        assert!((ratio(64.0) - decode).abs() < 1e-3, "{}", ratio(64.0));
+        // Large steps tend to no padding; nothing is ever below one row a row.
+        assert!(ratio(65536.0) < 1.02 && ratio(65536.0) >= 1.0);
+        assert_eq!(ratio(0.0), 1.0);
+        // ln n! stays exact across the switch to Stirling.
+        let exact: f64 = (2..=25u32).map(|k| f64::from(k).ln()).sum();
+        assert!((ln_factorial(25.0) - exact).abs() < 1e-9);
     }
 }

@@ -23,7 +23,7 @@ use crate::memory_plan::{
     EAGLE3_DRAFT_VOCAB,
 };
 use crate::model::{Attention, ModelSpec};
-use crate::moe_kernel::ExpertKernel;
+use crate::moe_kernel::{marlin_padded_rows_per_routed_row, ExpertKernel};
 use crate::precision::{KvCacheDtype, MathRate, WeightFormat};
 use crate::profile::CostCalibration;
 use crate::spec_decode::{SpecDecodeConfig, SpecMethod};
@@ -514,6 +514,8 @@ pub struct CostModel {
     expert_bytes: f64,
     expert_peak_flops: f64,
     expert_bw: f64,
+    /// Marlin computes whole row blocks (`crate::moe_kernel::marlin_padded_rows_per_routed_row`).
+    expert_rows_padded: bool,
     // attention (per layer, per rank)
     kv_bytes_full: f64,
     kv_bytes_sliding: f64,
@@ -831,6 +833,7 @@ impl CostModel {
                 * MOE_GEMM_EFFICIENCY
                 * cal.gemm,
             expert_bw: expert_kernel.decode_weight_bytes_per_s(gpu) * cal.weight_stream,
+            expert_rows_padded: expert_kernel == ExpertKernel::Mxfp4Marlin,
             kv_bytes_full: kv_full,
             kv_bytes_sliding: kv_sliding,
             qk_flops_decode: qk_decode,
@@ -1289,8 +1292,19 @@ impl CostModel {
             let touched = self.num_experts * (1.0 - (self.ln_one_minus_k_over_e * mf).exp());
             let flops = 2.0 * self.experts_per_token * self.expert_params * mf * self.moe_layers;
             let bytes = touched * self.expert_bytes * self.moe_layers;
+            // The kernel's time counts the rows it computes; `moe_flops` stays the useful work.
+            let computed_flops = if self.expert_rows_padded {
+                flops
+                    * marlin_padded_rows_per_routed_row(
+                        mf,
+                        self.experts_per_token,
+                        self.num_experts,
+                    )
+            } else {
+                flops
+            };
             let (busiest_flops, busiest_bytes) =
-                self.busiest_expert_rank(mf, touched, flops, bytes);
+                self.busiest_expert_rank(mf, touched, computed_flops, bytes);
             let t = (busiest_flops / self.expert_peak_flops).max(busiest_bytes / self.expert_bw)
                 + moe_overhead_s;
             (t, touched, flops, bytes)
