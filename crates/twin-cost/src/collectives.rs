@@ -8,8 +8,9 @@
 //! `max_size`; `--disable-custom-all-reduce` turns only this one off), then NCCL. The bandwidth
 //! part stays in the roofline, with the bytes each GPU moves ([`allreduce_link_bytes`]): a
 //! one-shot kernel reads every peer's whole buffer, a two-shot one or NCCL's ring
-//! `2(n-1)/n` of it; torch symmetric memory, which takes some of Hopper's larger messages, is
-//! costed as NCCL (those are bandwidth-bound).
+//! `2(n-1)/n` of it; torch symmetric memory (on by default, `VLLM_ALLREDUCE_USE_SYMM_MEM`) takes
+//! what the custom kernel leaves on NVSwitch Hopper and Blackwell up to its own cap, with
+//! NVLink SHARP multicast at TP 4-8 (Blackwell 6-8), two shots below.
 //!
 //! Sources (latencies read from public benchmark tables, less the bandwidth part):
 //! - [P] one-shot kernels on H100: vLLM PR #24111 (`ca_1stage` at 0.5 MB: 7 / 10 / 13 µs at TP
@@ -25,6 +26,10 @@
 //!   at TP 4 / 6 for 0.5 MB (vLLM PR #24111, pynccl), 20.7 µs at TP8 for 16 KB
 //!   (ByteDance-Seed/Triton-distributed #57), "~20-25 µs" (marin #6736) → least squares
 //!   5.5 µs + 2.5 µs per GPU after the first.
+//! - [P] torch symmetric memory's `multimem_all_reduce_` on H100: 13 / 16 / 18 / 21 / 25 / 31 µs
+//!   at TP6 for 0.5-4 MB (vLLM PR #24111), 11 / 14 / 16 / 18 / 23 / 27 / 46 / 87 / 165 µs for
+//!   0.5-32 MiB (vLLM PR #42324, the last of its SM 9.0 tables); both lie on a ring's link bytes
+//!   at the twin's NVLink rate (4.9 µs a MiB at TP 6-8) plus 9.5 µs, where NCCL pays 18-23.
 //! - [P] NCCL ring elsewhere: NVIDIA/nccl-tests #123 (DGX-A100, one channel forced, ≤ 128 B):
 //!   10 / 13.8 / 16.9 / 33.7 µs at 2 / 3 / 4 / 8 GPUs → 5.7 µs + 4.0 µs per GPU after the first
 //!   (an upper bound for NVLink parts); 4-GPU PCIe systems measure 16-20 µs (nccl #757, a V100
@@ -51,6 +56,9 @@ pub const ONE_SHOT_PER_GPU_LATENCY_S_AMPERE: f64 = 0.5e-6;
 pub const NCCL_NVSWITCH_BASE_LATENCY_S: f64 = 5.5e-6;
 /// [P] NCCL latency each GPU after the first adds there.
 pub const NCCL_NVSWITCH_PER_GPU_LATENCY_S: f64 = 2.5e-6;
+/// [P] torch symmetric memory's all-reduce on Hopper, less its ring bytes at the link's rate
+/// (PR #24111 at TP6: 10.4 µs; PR #42324: 8.7 µs; the mean). Blackwell takes it too [U].
+pub const SYMM_MEM_LATENCY_S: f64 = 9.5e-6;
 /// [P] NCCL ring all-reduce latency of two GPUs (nccl-tests #123, least squares).
 pub const NCCL_RING_BASE_LATENCY_S: f64 = 5.7e-6;
 /// [P] NCCL ring latency each GPU after the first adds (same fit).
@@ -63,6 +71,8 @@ pub enum AllReduceKernel {
     FlashInfer,
     /// vLLM's one-shot / two-shot kernel over peer-to-peer memory.
     Custom,
+    /// torch symmetric memory (`SymmMemCommunicator`): multimem or two-shot.
+    SymmMem,
     Nccl,
 }
 
@@ -123,6 +133,24 @@ fn custom_allreduce_max_bytes(gpu: &GpuSpec, tp: u32) -> f64 {
     (capped_mib * MIB).min(CUSTOM_ALLREDUCE_MAX_BYTES)
 }
 
+/// The largest message torch symmetric memory takes (`SYMM_MEM_ALL_REDUCE_MAX_SIZES`), `None`
+/// where `SymmMemCommunicator` is disabled: a capability or group size without an entry, or no
+/// multicast (`handle.multicast_ptr == 0`: no NVSwitch, so PCIe cards and NVLink pairs).
+fn symm_mem_max_bytes(gpu: &GpuSpec, tp: u32) -> Option<f64> {
+    if gpu.link_fabric != LinkFabric::NvLink {
+        return None;
+    }
+    let mib = match (gpu.arch, tp) {
+        (GpuArch::Hopper, 2 | 6 | 8) => 64.0,
+        (GpuArch::Hopper, 4) => 32.0,
+        (GpuArch::Blackwell, 2) => 8.0,
+        (GpuArch::Blackwell, 4) => 32.0,
+        (GpuArch::Blackwell, 6 | 8) => 128.0,
+        _ => return None,
+    };
+    Some(mib * MIB)
+}
+
 /// `CudaCommunicator.all_reduce`'s choice for one message of `message_bytes` over `tp` GPUs.
 pub fn allreduce_kernel(
     gpu: &GpuSpec,
@@ -140,6 +168,8 @@ pub fn allreduce_kernel(
         && message_bytes < custom_allreduce_max_bytes(gpu, tp);
     if custom {
         AllReduceKernel::Custom
+    } else if symm_mem_max_bytes(gpu, tp).is_some_and(|max| message_bytes <= max) {
+        AllReduceKernel::SymmMem
     } else {
         AllReduceKernel::Nccl
     }
@@ -150,7 +180,8 @@ pub fn allreduce_kernel(
 /// under 512 KiB at up to four and under 256 KiB at up to eight (`CustomAllreduce::allreduce`
 /// in `custom_all_reduce.cuh`; csrc, not in the wheel: read from public copies), else two
 /// (reduce-scatter + all-gather, a ring's bytes); FlashInfer's fused all-reduce one shot up to
-/// [`flashinfer_one_shot_max_bytes`]; NCCL is a ring.
+/// [`flashinfer_one_shot_max_bytes`]; NCCL is a ring, and so, in bytes, is symmetric memory (its
+/// multimem reduce-and-broadcast measures at the ring's bytes, see the sources above).
 pub fn allreduce_link_bytes(
     gpu: &GpuSpec,
     kernel: AllReduceKernel,
@@ -159,7 +190,7 @@ pub fn allreduce_link_bytes(
 ) -> f64 {
     let n = f64::from(tp.max(1));
     let one_stage = match kernel {
-        AllReduceKernel::Nccl => false,
+        AllReduceKernel::Nccl | AllReduceKernel::SymmMem => false,
         AllReduceKernel::FlashInfer => message_bytes <= flashinfer_one_shot_max_bytes(gpu, tp),
         AllReduceKernel::Custom => {
             tp == 2
@@ -185,6 +216,7 @@ pub fn allreduce_latency_s(gpu: &GpuSpec, tp: u32, kernel: AllReduceKernel) -> f
         AllReduceKernel::Nccl => {
             NCCL_RING_BASE_LATENCY_S + NCCL_RING_PER_GPU_LATENCY_S * after_first
         }
+        AllReduceKernel::SymmMem => SYMM_MEM_LATENCY_S,
         AllReduceKernel::FlashInfer | AllReduceKernel::Custom => {
             // [U] Blackwell takes Hopper's figures; Ada (PCIe pairs) and CDNA3 Ampere's.
             let (tp2, per_gpu) = if hopper_class {
@@ -216,7 +248,8 @@ mod tests {
 
     #[test]
     fn the_kernel_follows_cuda_communicators_order() {
-        use AllReduceKernel::{Custom, FlashInfer, Nccl};
+        use AllReduceKernel::{Custom, FlashInfer, Nccl, SymmMem};
+        let h100_pcie = gpu::lookup("h100-pcie").unwrap();
         let (h100, a100, l40s, b200) = (
             gpu::lookup("h100").unwrap(),
             gpu::lookup("a100").unwrap(),
@@ -231,16 +264,25 @@ mod tests {
             (h100, 8, 64.0 * KIB, true, FlashInfer),
             // Past FlashInfer's 2 MB workspace at TP4: the custom kernel (8 MiB), then NCCL.
             (h100, 4, 4.0 * MIB, false, Custom),
-            (h100, 4, 4.0 * MIB, true, Nccl),
-            (h100, 4, 16.0 * MIB, false, Nccl),
-            // TP8: FlashInfer to 0.5 MB, then the custom kernel (capped at 256 KB): NCCL.
-            (h100, 8, 0.75 * MIB, false, Nccl),
+            // Symmetric memory does not heed --disable-custom-all-reduce; Hopper TP4 to 32 MiB.
+            (h100, 4, 4.0 * MIB, true, SymmMem),
+            (h100, 4, 16.0 * MIB, false, SymmMem),
+            (h100, 4, 40.0 * MIB, false, Nccl),
+            // TP8: FlashInfer to 0.5 MB, the custom kernel capped at 256 KB, symmetric memory
+            // to 64 MiB, then NCCL.
+            (h100, 8, 0.75 * MIB, false, SymmMem),
+            (h100, 8, 6.0 * MIB, false, SymmMem),
+            (h100, 8, 65.0 * MIB, false, Nccl),
+            // No NVSwitch, no multicast: the PCIe card has no symmetric memory.
+            (h100_pcie, 2, 70.0 * MIB, false, Nccl),
+            (h100_pcie, 4, 4.0 * MIB, false, Nccl),
             // One Blackwell node at TP8: the mnnvl workspace takes a third of 128 MB.
             (b200, 8, 16.0 * MIB, false, FlashInfer),
-            (b200, 8, 48.0 * MIB, false, Nccl),
+            (b200, 8, 48.0 * MIB, false, SymmMem),
+            (b200, 8, 130.0 * MIB, false, Nccl),
             // TP6 has no FlashInfer entry; symmetric memory caps the custom kernel at 512 KB.
             (h100, 6, 64.0 * KIB, false, Custom),
-            (h100, 6, MIB, false, Nccl),
+            (h100, 6, MIB, false, SymmMem),
             (h100, 3, KIB, false, Nccl),
             // Ampere: the custom kernel under 8 MiB unless disabled.
             (a100, 8, 64.0 * KIB, false, Custom),
@@ -331,5 +373,41 @@ mod tests {
                 assert!(nccl(g, small) < nccl(g, large));
             }
         }
+    }
+
+    #[test]
+    fn symmetric_memory_reproduces_its_published_h100_timings() {
+        let h100 = gpu::lookup("h100").unwrap();
+        let rate =
+            |tp: u32| h100.group_link_bandwidth_bytes_per_s(tp) * crate::roofline::LINK_EFFICIENCY;
+        let modelled_us = |tp: u32, bytes: f64| {
+            us(allreduce_latency_s(h100, tp, AllReduceKernel::SymmMem)
+                + allreduce_link_bytes(h100, AllReduceKernel::SymmMem, tp, bytes) / rate(tp))
+        };
+        // PR #24111, TP6 (MB there are MiB: 32-256 rows of 8192 BF16).
+        for (mib, measured) in [(0.5, 13.0), (1.0, 16.0), (2.0, 21.0), (4.0, 31.0)] {
+            let m = modelled_us(6, mib * MIB);
+            assert!(
+                (m / measured - 1.0).abs() < 0.15,
+                "tp6 {mib} MiB: {m:.1} µs"
+            );
+        }
+        // PR #42324 (SM 9.0).
+        for (mib, measured) in [
+            (1.0, 14.0),
+            (4.0, 27.0),
+            (8.0, 46.0),
+            (16.0, 87.0),
+            (32.0, 165.0),
+        ] {
+            let m = modelled_us(8, mib * MIB);
+            assert!(
+                (m / measured - 1.0).abs() < 0.15,
+                "tp8 {mib} MiB: {m:.1} µs"
+            );
+        }
+        // At a 1k-token prefill's ~6 MB it beats NCCL by NCCL's larger fixed latency.
+        let nccl = us(allreduce_latency_s(h100, 8, AllReduceKernel::Nccl));
+        assert!(nccl - us(SYMM_MEM_LATENCY_S) > 10.0);
     }
 }
