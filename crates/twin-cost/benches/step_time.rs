@@ -39,6 +39,8 @@ fn model_for(m: &str, g: &str, cfg: ServeConfig) -> CostModel {
 fn main() {
     let llama = model_for("llama-3.1-8b", "h100", ServeConfig::default());
     let oss = model_for("gpt-oss-20b", "h100", ServeConfig::default());
+    // Marlin (Ampere's MXFP4 kernel) prices its row-block padding with a Poisson sum.
+    let oss_marlin = model_for("gpt-oss-20b", "a100", ServeConfig::default());
     let spec = SpecDecodeConfig::from_json(
         r#"{"method":"eagle3","model":"x/EAGLE3","num_speculative_tokens":3}"#,
     )
@@ -59,6 +61,7 @@ fn main() {
         b.push(SeqChunk::prefill(2048, 4096, false));
         bench("llama-3.1-8b/h100 decodes + 1 prefill chunk", &llama, &b);
         bench("gpt-oss-20b/h100 (MoE, sliding window)", &oss, &b);
+        bench("gpt-oss-20b/a100 (Marlin MoE, block padding)", &oss_marlin, &b);
         let v: BatchShape = (0..n).map(|i| SeqChunk::verify(1000 + 37 * i, 3)).collect();
         bench("llama-3.1-8b/h100 EAGLE-3 verify k=3", &eagle, &v);
     }

@@ -4,14 +4,15 @@
 
 /// [D] Client send → the engine's `add_request`, per request: HTTP and request validation,
 /// the chat template, tokenisation's fixed cost, input processing and the hop to the engine
-/// core, plus the first output's way back (`serving_chat`'s first chunk). Fitted on the only
-/// public low-load runs whose engine time the twin reproduces (TPOT/ITL within 0.5%): GPUStack's
-/// Qwen3-8B on one H100, vLLM 0.11.0, `vllm bench serve --backend openai-chat`, ShareGPT,
-/// 1 and 4 concurrent requests (`gpustack/gpustack` docs/performance-lab/qwen3-8b/h100-latency.md):
-/// median TTFT 60.38 and 60.26 ms against engine-side medians of 8.5 and 15.4 ms, so 51.9 and
-/// 44.9 ms; the mean, 48 ms. Held out, each run predicts the other within 12%. SGLang on the
-/// same machines and client answered in 27 ms, so vLLM's own path is at least 33 ms of it.
-/// Before this (0.3 ms, a guess) every low-load TTFT was predicted 74–86% short.
+/// core, plus the first output's way back (`serving_chat`'s first chunk). A compromise between
+/// sources that disagree (docs/cost-model.md, "The frontend's time per request"): GPUStack's
+/// Qwen3-8B on one H100 (vLLM 0.11.0, `vllm bench serve --backend openai-chat`, ShareGPT, 1 and
+/// 4 concurrent; `gpustack/gpustack` docs/performance-lab/qwen3-8b/h100-latency.md) spent 45-52
+/// ms per request beyond the engine (SGLang on the same machines 27 ms), while the vLLM 0.19.1
+/// FP8 blog's load TTFTs leave room for ~15 ms before its prefill would need GEMMs faster than
+/// the best-shape MAMF, and InferenceMAX's gpt-oss sweeps (vLLM 0.13, completions endpoint) ask
+/// for ~10. Before this (0.3 ms, a guess) every low-load TTFT was predicted 74–86% short; a
+/// deployment's own value is `calibrate`'s `frontend_request_s`.
 pub const REQUEST_S: f64 = 0.015;
 /// [M] Tokenisation per prompt token: `tokenizer(prompt)` on a transformers `TokenizersBackend`
 /// (vLLM 0.34's `BaseRenderer._tokenize_prompt`), 2.5 µs a token, the median over o200k, Qwen
