@@ -65,9 +65,9 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         .find(|p| p.name == "gpt-oss-20b B200 FP8 ITL slope")
         .unwrap();
     assert!(outlier.error_loo() > 0.2, "{outlier:?}");
-    // Every published end-to-end run simulates and is scored on its three medians (and 19 on
-    // their request throughput).
-    assert_eq!(card.runs.len(), 20 * 3 + 19);
+    // Every published end-to-end run simulates and is scored on its medians: GPUStack's 20 on
+    // three (and 19 on their request throughput), vLLM PR #20759's three on TTFT and TPOT.
+    assert_eq!(card.runs.len(), 20 * 3 + 19 + 3 * 2);
     assert!(
         card.runs
             .iter()
@@ -82,7 +82,7 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         .iter()
         .filter(|r| r.predicted_calibrated.is_some())
         .count();
-    assert_eq!(with_sibling, 14 * 3 + 13, "{:?}", card.runs);
+    assert_eq!(with_sibling, 14 * 3 + 13 + 3 * 2, "{:?}", card.runs);
     // InferenceMAX's sweeps: 150 configurations, each measured twice, all simulated.
     assert_eq!(card.sweeps.len(), 150);
     assert!(
