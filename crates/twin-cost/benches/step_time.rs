@@ -61,7 +61,11 @@ fn main() {
         b.push(SeqChunk::prefill(2048, 4096, false));
         bench("llama-3.1-8b/h100 decodes + 1 prefill chunk", &llama, &b);
         bench("gpt-oss-20b/h100 (MoE, sliding window)", &oss, &b);
-        bench("gpt-oss-20b/a100 (Marlin MoE, block padding)", &oss_marlin, &b);
+        bench(
+            "gpt-oss-20b/a100 (Marlin MoE, block padding)",
+            &oss_marlin,
+            &b,
+        );
         let v: BatchShape = (0..n).map(|i| SeqChunk::verify(1000 + 37 * i, 3)).collect();
         bench("llama-3.1-8b/h100 EAGLE-3 verify k=3", &eagle, &v);
     }
