@@ -269,6 +269,20 @@ impl ExpertKernel {
         }
     }
 
+    /// Whether the expert GEMMs run as Marlin's `fused_marlin_moe`, which computes whole row
+    /// blocks ([`marlin_padded_rows_per_routed_row`]): MXFP4 through Marlin, and AWQ/GPTQ int4
+    /// experts on CUDA GPUs before Blackwell (`select_wna16_moe_backend`: FlashInfer's TRT-LLM
+    /// first where it runs, then Marlin).
+    pub fn pads_rows_to_marlin_blocks(self, gpu: &GpuSpec) -> bool {
+        match self {
+            ExpertKernel::Mxfp4Marlin => true,
+            ExpertKernel::Format(WeightFormat::Awq | WeightFormat::Gptq) => {
+                matches!(gpu.arch, GpuArch::Ampere | GpuArch::Ada | GpuArch::Hopper)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the MoE layer's output all-reduce reaches the next RMSNorm directly. Marlin pads
     /// the hidden size to a multiple of 256 (`mxfp4_round_up_hidden_size_and_intermediate_size`)
     /// and returns the padded width, so `_maybe_reduce_final_output` slices the reduced tensor
@@ -410,5 +424,15 @@ mod tests {
             pmf *= lambda / n;
         }
         blocks
+    }
+
+    #[test]
+    fn marlin_runs_mxfp4_when_picked_and_int4_experts_before_blackwell() {
+        let (h100, b200) = (gpu::lookup("h100").unwrap(), gpu::lookup("b200").unwrap());
+        assert!(ExpertKernel::Mxfp4Marlin.pads_rows_to_marlin_blocks(b200));
+        assert!(!ExpertKernel::Mxfp4Triton.pads_rows_to_marlin_blocks(h100));
+        assert!(ExpertKernel::Format(WeightFormat::Awq).pads_rows_to_marlin_blocks(h100));
+        assert!(!ExpertKernel::Format(WeightFormat::Gptq).pads_rows_to_marlin_blocks(b200));
+        assert!(!ExpertKernel::Format(WeightFormat::Fp8).pads_rows_to_marlin_blocks(h100));
     }
 }

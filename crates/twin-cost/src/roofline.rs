@@ -834,7 +834,7 @@ impl CostModel {
                 * MOE_GEMM_EFFICIENCY
                 * cal.gemm,
             expert_bw: expert_kernel.decode_weight_bytes_per_s(gpu) * cal.weight_stream,
-            expert_rows_padded: expert_kernel == ExpertKernel::Mxfp4Marlin,
+            expert_rows_padded: expert_kernel.pads_rows_to_marlin_blocks(gpu),
             kv_bytes_full: kv_full,
             kv_bytes_sliding: kv_sliding,
             qk_flops_decode: qk_decode,
