@@ -85,124 +85,131 @@ struct PublishedRun {
     published: &'static [(&'static str, f64)],
 }
 
+/// A page of GPUStack's performance lab (`gpustack/gpustack`, docs/performance-lab/).
+macro_rules! gpustack {
+    ($page:literal) => {
+        concat!("gpustack/gpustack docs/performance-lab/", $page)
+    };
+}
+
 const RUNS: &[PublishedRun] = &[
     PublishedRun {
         name: "Qwen3-8B H100 ShareGPT concurrency 1",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-8b/h100-latency.md (v0.11.0)",
+        source: gpustack!("qwen3-8b/h100-latency.md (v0.11.0)"),
         args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 1 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 60.38), ("TPOT", 7.22), ("ITL", 7.23)],
     },
     PublishedRun {
         name: "Qwen3-8B H100 ShareGPT concurrency 2",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-8b/h100-latency.md (v0.11.0)",
+        source: gpustack!("qwen3-8b/h100-latency.md (v0.11.0)"),
         args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 2 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 64.78), ("TPOT", 7.30), ("ITL", 7.28), ("req/s", 1.17)],
     },
     PublishedRun {
         name: "Qwen3-8B H100 ShareGPT concurrency 4",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-8b/h100-latency.md (v0.11.0)",
+        source: gpustack!("qwen3-8b/h100-latency.md (v0.11.0)"),
         args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 60.26), ("TPOT", 7.40), ("ITL", 7.37), ("req/s", 2.25)],
     },
     PublishedRun {
         name: "Qwen3-8B H100 ShareGPT concurrency 8",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-8b/h100-latency.md (v0.11.0)",
+        source: gpustack!("qwen3-8b/h100-latency.md (v0.11.0)"),
         args: "Qwen/Qwen3-8B --gpu h100-sxm --input-len lognormal:mean=233,sigma=1.0 --output-len lognormal:mean=221,sigma=1.0 --max-concurrency 8 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 60.77), ("TPOT", 7.67), ("ITL", 7.63), ("req/s", 4.16)],
     },
     PublishedRun {
         name: "Qwen3-14B H100 random 4000/200 burst of 500",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-14b/h100.md (v0.11.0)",
+        source: gpustack!("qwen3-14b/h100.md (v0.11.0)"),
         args: "Qwen/Qwen3-14B --gpu h100-sxm --input-len 4000 --output-len 200 --request-rate inf --num-requests 500 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 110_734.54), ("TPOT", 139.68), ("ITL", 43.93), ("req/s", 2.20)],
     },
     PublishedRun {
         name: "Qwen3-14B H100 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-14b/h100.md (v0.11.0)",
+        source: gpustack!("qwen3-14b/h100.md (v0.11.0)"),
         args: "Qwen/Qwen3-14B --gpu h100-sxm --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=202,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 21_872.31), ("TPOT", 117.46), ("ITL", 59.99), ("req/s", 15.74)],
     },
     PublishedRun {
         name: "Qwen3-32B H100 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-32b/h100.md (v0.11.0)",
+        source: gpustack!("qwen3-32b/h100.md (v0.11.0)"),
         args: "Qwen/Qwen3-32B --gpu h100-sxm --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=202,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling --max-model-len 16384",
         published: &[("TTFT", 77_291.46), ("TPOT", 70.72), ("ITL", 50.20), ("req/s", 5.62)],
     },
     PublishedRun {
         name: "gpt-oss-120b H100 TP1 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-120b/h100.md (v0.10.2)",
+        source: gpustack!("gpt-oss-120b/h100.md (v0.10.2)"),
         args: "openai/gpt-oss-120b --gpu h100-sxm --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 25_973.43), ("TPOT", 47.57), ("ITL", 37.98), ("req/s", 14.84)],
     },
     PublishedRun {
         name: "gpt-oss-120b 2xH100 TP2 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-120b/h100.md (v0.10.2, --async-scheduling)",
+        source: gpustack!("gpt-oss-120b/h100.md (v0.10.2, --async-scheduling)"),
         args: "openai/gpt-oss-120b --gpu h100-sxm -tp 2 --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
         published: &[("TTFT", 4_600.39), ("TPOT", 51.57), ("ITL", 31.37), ("req/s", 38.98)],
     },
     PublishedRun {
         name: "gpt-oss-120b 4xH100 TP4 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-120b/h100.md (v0.10.2, --async-scheduling)",
+        source: gpustack!("gpt-oss-120b/h100.md (v0.10.2, --async-scheduling)"),
         args: "openai/gpt-oss-120b --gpu h100-sxm -tp 4 --max-model-len 32768 --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=196,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
         published: &[("TTFT", 2_871.45), ("TPOT", 34.49), ("ITL", 21.75), ("req/s", 57.74)],
     },
     PublishedRun {
         name: "Qwen3-14B A100 random 4000/200 burst of 500",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-14b/a100.md (v0.11.0)",
+        source: gpustack!("qwen3-14b/a100.md (v0.11.0)"),
         args: "Qwen/Qwen3-14B --gpu a100-80gb --input-len 4000 --output-len 200 --request-rate inf --num-requests 500 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 196_621.85), ("TPOT", 272.93), ("ITL", 369.00), ("req/s", 1.23)],
     },
     PublishedRun {
         name: "Qwen3-14B A100 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-14b/a100.md (v0.11.0)",
+        source: gpustack!("qwen3-14b/a100.md (v0.11.0)"),
         args: "Qwen/Qwen3-14B --gpu a100-80gb --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=202,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 39_151.17), ("TPOT", 106.15), ("ITL", 85.55), ("req/s", 9.36)],
     },
     PublishedRun {
         name: "Qwen3-32B A100 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/qwen3-32b/a100.md (v0.11.0)",
+        source: gpustack!("qwen3-32b/a100.md (v0.11.0)"),
         args: "Qwen/Qwen3-32B --gpu a100-80gb --max-model-len 16384 --input-len lognormal:mean=217,sigma=1.0 --output-len lognormal:mean=201,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 105_990.93), ("TPOT", 123.31), ("ITL", 61.18), ("req/s", 4.13)],
     },
     PublishedRun {
         name: "gpt-oss-20b A100 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-20b/a100.md (v0.11.0)",
+        source: gpustack!("gpt-oss-20b/a100.md (v0.11.0)"),
         args: "openai/gpt-oss-20b --gpu a100-80gb --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=194,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 13_063.93), ("TPOT", 45.15), ("ITL", 33.96), ("req/s", 23.79)],
     },
     PublishedRun {
         name: "gpt-oss-20b H100 ShareGPT burst of 1000",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-20b/h100.md (v0.11.0)",
+        source: gpustack!("gpt-oss-20b/h100.md (v0.11.0)"),
         args: "openai/gpt-oss-20b --gpu h100-sxm --input-len lognormal:mean=215,sigma=1.0 --output-len lognormal:mean=194,sigma=1.0 --request-rate inf --num-requests 1000 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 4_791.97), ("TPOT", 55.52), ("ITL", 31.92), ("req/s", 40.30)],
     },
     PublishedRun {
         name: "gpt-oss-120b A100 TP1 ShareGPT concurrency 4",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-120b/a100.md (v0.11.0; 100 prompts at concurrency 4, as the result block shows)",
+        source: gpustack!("gpt-oss-120b/a100.md (v0.11.0; 100 prompts at concurrency 4, as the result block shows)"),
         args: "openai/gpt-oss-120b --gpu a100-80gb --max-model-len 32768 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 61.55), ("TPOT", 11.44), ("ITL", 11.14), ("req/s", 1.50)],
     },
     PublishedRun {
         name: "gpt-oss-120b H100 TP1 ShareGPT concurrency 4",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-120b/h100.md (v0.10.2; 100 prompts at concurrency 4, as the result block shows)",
+        source: gpustack!("gpt-oss-120b/h100.md (v0.10.2; 100 prompts at concurrency 4, as the result block shows)"),
         args: "openai/gpt-oss-120b --gpu h100-sxm --max-model-len 32768 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 47.49), ("TPOT", 8.24), ("ITL", 7.99), ("req/s", 2.09)],
     },
     PublishedRun {
         name: "gpt-oss-120b 2xH100 TP2 ShareGPT concurrency 4",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-120b/h100.md (v0.10.2, --async-scheduling -tp 2; 100 prompts at concurrency 4, as the result block shows)",
+        source: gpustack!("gpt-oss-120b/h100.md (v0.10.2, --async-scheduling -tp 2; 100 prompts at concurrency 4, as the result block shows)"),
         args: "openai/gpt-oss-120b --gpu h100-sxm -tp 2 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
         published: &[("TTFT", 36.68), ("TPOT", 5.74), ("ITL", 5.54), ("req/s", 2.98)],
     },
     PublishedRun {
         name: "gpt-oss-120b A100 TP1 ShareGPT concurrency 4, budget 4096",
-        source: "gpustack/gpustack docs/performance-lab/gpt-oss-120b/a100.md (v0.11.0, --async-scheduling --max-num-batched-tokens 4096; 100 prompts at concurrency 4, as the result block shows)",
+        source: gpustack!("gpt-oss-120b/a100.md (v0.11.0, --async-scheduling --max-num-batched-tokens 4096; 100 prompts at concurrency 4, as the result block shows)"),
         args: "openai/gpt-oss-120b --gpu a100-80gb --max-model-len 32768 --max-num-batched-tokens 4096 --input-len lognormal:mean=229,sigma=1.0 --output-len lognormal:mean=217,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --block-size 16 --gpu-memory-utilization 0.9 --async-scheduling",
         published: &[("TTFT", 70.23), ("TPOT", 10.78), ("ITL", 10.49), ("req/s", 1.59)],
     },
     PublishedRun {
         name: "DeepSeek-R1 8xH200 TP8 ShareGPT concurrency 4",
-        source: "gpustack/gpustack docs/performance-lab/deepseek-r1/h200.md (v0.11.0, DeepSeek-R1-0528 -tp 8; 100 prompts at concurrency 4)",
+        source: gpustack!("deepseek-r1/h200.md (v0.11.0, DeepSeek-R1-0528 -tp 8; 100 prompts at concurrency 4)"),
         args: "deepseek-ai/DeepSeek-R1 --gpu h200 -tp 8 --input-len lognormal:mean=228,sigma=1.0 --output-len lognormal:mean=213,sigma=1.0 --max-concurrency 4 --num-requests 100 --seed 42 --shared-prefix none --gpu-memory-utilization 0.9 --no-async-scheduling",
         published: &[("TTFT", 117.53), ("TPOT", 19.13), ("ITL", 18.84), ("req/s", 0.92)],
     },

@@ -11,7 +11,7 @@
 /// ms per request beyond the engine (SGLang on the same machines 27 ms), while the vLLM 0.19.1
 /// FP8 blog's load TTFTs leave room for ~15 ms before its prefill would need GEMMs faster than
 /// the best-shape MAMF, and InferenceMAX's gpt-oss sweeps (vLLM 0.13, completions endpoint) ask
-/// for ~10. Before this (0.3 ms, a guess) every low-load TTFT was predicted 74–86% short; a
+/// for ~12 (the median of `calibrate`'s two-fold fits on their Hopper runs). Before this (0.3 ms, a guess) every low-load TTFT was predicted 74–86% short; a
 /// deployment's own value is `calibrate`'s `frontend_request_s`.
 pub const REQUEST_S: f64 = 0.015;
 /// [M] Tokenisation per prompt token: `tokenizer(prompt)` on a transformers `TokenizersBackend`

@@ -14,7 +14,7 @@
 
 use crate::collectives::{
     allreduce_kernel, allreduce_latency_s, allreduce_link_bytes, allreduce_rms_fusion_max_bytes,
-    AllReduceKernel,
+    AllReduceKernel, SYMM_MEM_LATENCY_S,
 };
 use crate::error::CostError;
 use crate::gpu::GpuSpec;
@@ -557,12 +557,11 @@ pub struct CostModel {
     act_bytes: f64,
     /// `--disable-custom-all-reduce` (FlashInfer's all-reduce stays on where it applies).
     custom_allreduce_disabled: bool,
-    /// One all-reduce's fixed latency through a one-shot kernel (FlashInfer's or vLLM's own),
-    /// through NCCL (also the logits gather's) and through torch symmetric memory, fixed for
-    /// the TP group: the step only picks between them by message size.
+    /// One all-reduce's fixed latency through a one-shot kernel (FlashInfer's or vLLM's own)
+    /// and through NCCL (also the logits gather's), fixed for the TP group: the step only
+    /// picks between them (and torch symmetric memory's constant) by message size.
     one_shot_latency_s: f64,
     nccl_latency_s: f64,
-    symm_mem_latency_s: f64,
     // graphs / host
     enforce_eager: bool,
     async_scheduling: bool,
@@ -873,7 +872,6 @@ impl CostModel {
             custom_allreduce_disabled: cfg.disable_custom_all_reduce,
             one_shot_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Custom),
             nccl_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::Nccl),
-            symm_mem_latency_s: allreduce_latency_s(gpu, tp, AllReduceKernel::SymmMem),
             enforce_eager: cfg.enforce_eager,
             async_scheduling: cfg.async_scheduling,
             max_capture: cfg.max_cudagraph_capture_size(),
@@ -1342,7 +1340,7 @@ impl CostModel {
             );
             let latency_s = match kernel {
                 AllReduceKernel::Nccl => self.nccl_latency_s,
-                AllReduceKernel::SymmMem => self.symm_mem_latency_s,
+                AllReduceKernel::SymmMem => SYMM_MEM_LATENCY_S,
                 AllReduceKernel::FlashInfer | AllReduceKernel::Custom => self.one_shot_latency_s,
             };
             let ar = latency_s
