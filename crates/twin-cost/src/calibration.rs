@@ -162,7 +162,7 @@ pub fn load_point_ttft_ms(
     // The first token leaves the API server with the step's other outputs.
     let outputs = others as usize + 1;
     let frontend_s = cost.calibration().frontend_input_s(input as usize)
-        + crate::frontend::step_outputs_s(outputs, outputs);
+        + crate::frontend::step_outputs_s(outputs, outputs, input as usize);
     (total + frontend_s) * 1e3
 }
 

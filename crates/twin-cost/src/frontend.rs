@@ -22,6 +22,13 @@ pub const REQUEST_S: f64 = 0.015;
 /// queue for the renderer's `--renderer-num-workers` threads (`twin_sim::api_server`). Was an
 /// unmeasured 0.05 µs.
 pub const TOKENIZE_PER_TOKEN_S: f64 = 2.5e-6;
+/// [M] A request's first output primes its detokenizer with the whole prompt: vLLM 0.34's
+/// `FastIncrementalDetokenizer` builds `tokenizers.decoders.DecodeStream(ids=prompt_token_ids)`
+/// and its first `step` decodes them all, in the API server's output handler (0.13 primed at
+/// most 24 prompt tokens). 0.55 µs a token over o200k random-token prompts of 1k and 8k tokens
+/// (1.1 at 20k), one core of an AMD EPYC (`bench/host/prompt_host_cpu.py`,
+/// docs/measurements/frontend_cpu.md).
+pub const DETOKENIZER_PRIME_PER_TOKEN_S: f64 = 0.55e-6;
 /// [M] The API server's fixed work per engine step whose outputs it takes (msgpack decode and
 /// `OutputProcessor.process_outputs`' own overhead): what one stream's 30 µs at N = 1 leaves
 /// beside the two per-stream terms below (docs/measurements/host_cpu.md).
@@ -45,11 +52,16 @@ pub fn tokenize_s(prompt_tokens: usize) -> f64 {
 }
 
 /// One API-server thread's time on a step's `num_outputs` outputs, `num_chunks` of which it
-/// turns into SSE chunks. vLLM: `AsyncLLM`'s output handler (`process_outputs`), then each
-/// stream's `chat_completion_stream_generator` step, on one asyncio thread.
-pub fn step_outputs_s(num_outputs: usize, num_chunks: usize) -> f64 {
+/// turns into SSE chunks, `first_prompt_tokens` the prompt tokens of the requests whose first
+/// output this is. vLLM: `AsyncLLM`'s output handler (`process_outputs`, which primes a new
+/// request's detokenizer), then each stream's `chat_completion_stream_generator` step, on one
+/// asyncio thread.
+pub fn step_outputs_s(num_outputs: usize, num_chunks: usize, first_prompt_tokens: usize) -> f64 {
     if num_outputs == 0 {
         return 0.0;
     }
-    OUTPUT_STEP_S + num_outputs as f64 * OUTPUT_PER_STREAM_S + num_chunks as f64 * STREAM_CHUNK_S
+    OUTPUT_STEP_S
+        + num_outputs as f64 * OUTPUT_PER_STREAM_S
+        + num_chunks as f64 * STREAM_CHUNK_S
+        + first_prompt_tokens as f64 * DETOKENIZER_PRIME_PER_TOKEN_S
 }

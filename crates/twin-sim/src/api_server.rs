@@ -72,9 +72,15 @@ impl ApiServer {
         *worker
     }
 
-    /// A step's `num_outputs` outputs reach the API server at `t_s`. (vLLM's inter-token
+    /// A step's `num_outputs` outputs reach the API server at `t_s`, the first outputs of
+    /// requests with `first_prompt_tokens` prompt tokens among them. (vLLM's inter-token
     /// latency is the engine's: no delivery time enters it.)
-    pub(crate) fn deliver(&mut self, t_s: f64, num_outputs: usize) -> Delivery {
+    pub(crate) fn deliver(
+        &mut self,
+        t_s: f64,
+        num_outputs: usize,
+        first_prompt_tokens: usize,
+    ) -> Delivery {
         if num_outputs == 0 {
             return Delivery {
                 stamp_s: t_s,
@@ -91,7 +97,8 @@ impl ApiServer {
         };
         // `AsyncLLM.output_handler` stamps the step when it takes it off the engine's queue.
         let stamp_s = t_s.max(self.free_s);
-        self.free_s = stamp_s + frontend::step_outputs_s(num_outputs, chunks) / self.threads;
+        self.free_s = stamp_s
+            + frontend::step_outputs_s(num_outputs, chunks, first_prompt_tokens) / self.threads;
         Delivery {
             stamp_s,
             seen_s: self.free_s,
@@ -106,7 +113,7 @@ mod tests {
     #[test]
     fn one_stream_takes_the_measured_30_us() {
         let mut a = ApiServer::new(1, 1, 1, 1);
-        let seen = a.deliver(1.0, 1).seen_s;
+        let seen = a.deliver(1.0, 1, 0).seen_s;
         assert!((seen - 1.0 - frontend::DETOKENIZE_S).abs() < 1e-15);
         assert!((frontend::DETOKENIZE_S - 30e-6).abs() < 1e-12);
     }
@@ -115,12 +122,12 @@ mod tests {
     fn a_thousand_streams_fall_behind_a_fast_engine() {
         let mut a = ApiServer::new(1, 1, 1, 1);
         // ~20 ms of API-server work per step against a 10 ms engine step.
-        let first = a.deliver(0.0, 1000).seen_s - 0.0;
+        let first = a.deliver(0.0, 1000, 0).seen_s - 0.0;
         assert!((0.019..0.021).contains(&first), "{first}");
         let mut lag_s = Vec::new();
         for k in 1..40 {
             let t = k as f64 * 0.010;
-            lag_s.push(a.deliver(t, 1000).seen_s - t);
+            lag_s.push(a.deliver(t, 1000, 0).seen_s - t);
         }
         // Every step writes every chunk (more than one slice of outputs): the lag grows ~10 ms
         // a step.
@@ -132,15 +139,15 @@ mod tests {
         let lags: Vec<f64> = (0..200)
             .map(|k| {
                 let t = k as f64 * 0.0015;
-                small.deliver(t, 100).seen_s - t
+                small.deliver(t, 100, 0).seen_s - t
             })
             .collect();
         assert!(lags.iter().all(|&l| l < 0.005), "{lags:?}");
         // More API servers, or chunks every 8 tokens, cut the work.
         let mut four = ApiServer::new(4, 1, 1, 1);
-        assert!(four.deliver(0.0, 1000).seen_s < first / 3.9);
+        assert!(four.deliver(0.0, 1000, 0).seen_s < first / 3.9);
         let mut sparse = ApiServer::new(1, 1, 8, 1);
-        assert!(sparse.deliver(0.0, 1000).seen_s < first / 2.0);
+        assert!(sparse.deliver(0.0, 1000, 0).seen_s < first / 2.0);
     }
 
     #[test]
@@ -150,7 +157,7 @@ mod tests {
         let mut lag = 0.0;
         for k in 0..100 {
             let t = k as f64 * 0.005;
-            lag = a.deliver(t, 1000).seen_s - t;
+            lag = a.deliver(t, 1000, 0).seen_s - t;
         }
         assert!(lag > 0.05, "{lag}");
     }
@@ -185,12 +192,24 @@ mod tests {
     #[test]
     fn metrics_stamp_a_step_when_the_server_takes_it_up() {
         let mut a = ApiServer::new(1, 1, 1, 1);
-        let first = a.deliver(0.0, 1000);
+        let first = a.deliver(0.0, 1000, 0);
         assert_eq!(first.stamp_s, 0.0);
         // The next step arrives while the server is busy: stamped when it gets to it, seen
         // after its own work.
-        let second = a.deliver(0.005, 1000);
+        let second = a.deliver(0.005, 1000, 0);
         assert_eq!(second.stamp_s, first.seen_s);
         assert!(second.seen_s > second.stamp_s + 0.019, "{second:?}");
+    }
+
+    #[test]
+    fn a_first_output_primes_its_detokenizer_on_the_prompt() {
+        let mut cold = ApiServer::new(1, 1, 1, 1);
+        let mut warm = ApiServer::new(1, 1, 1, 1);
+        let first = cold.deliver(0.0, 4, 8192).seen_s;
+        let later = warm.deliver(0.0, 4, 0).seen_s;
+        let prime_s = 8192.0 * frontend::DETOKENIZER_PRIME_PER_TOKEN_S;
+        assert!((first - later - prime_s).abs() < 1e-12, "{first} {later}");
+        // The handler is busy that long: the next step's outputs wait behind it.
+        assert!(cold.deliver(0.001, 4, 0).stamp_s >= first);
     }
 }

@@ -1271,9 +1271,24 @@ fn finish_step(
         let outs = slot.core.outputs();
         // When the API server takes them up (/metrics' TTFT and E2E end there) and when the
         // clients have them (theirs end there); the ITL is the engine's.
-        let delivery = slot
-            .api_server
-            .deliver(out_time, outs.outputs.len() + outs.num_coasting_tokens);
+        // Requests whose first output this is prime their detokenizers on the whole prompt.
+        let first_prompt_tokens: usize = outs
+            .outputs
+            .iter()
+            .filter(|o| {
+                !outs.new_tokens(o).is_empty()
+                    && slot
+                        .decode
+                        .get(o.handle.index())
+                        .is_some_and(|d| d.tracked && !d.started)
+            })
+            .map(|o| o.num_prompt_tokens)
+            .sum();
+        let delivery = slot.api_server.deliver(
+            out_time,
+            outs.outputs.len() + outs.num_coasting_tokens,
+            first_prompt_tokens,
+        );
         let seen_s = delivery.seen_s;
         // Coasts that ended: their tokens were counted as they came; catch up their state.
         for &(h, n) in &outs.coast_exits {
