@@ -148,6 +148,7 @@ def main():
     ap.add_argument("--step-ms", type=float, default=5.0)
     ap.add_argument("--max-model-len", type=int, default=10240)
     ap.add_argument("--requests-per-point", type=int, default=200)
+    ap.add_argument("--output-len", type=int, default=4)
     ap.add_argument("--grid", default="completions:1024:1,completions:1024:4,"
                     "completions:1024:64,completions:8192:4,chat:1024:1,chat:1024:4,"
                     "chat:1024:64")
@@ -164,17 +165,17 @@ def main():
                                str(a.max_model_len)], env=env)
     try:
         wait_ready(a.port)
-        print(f"fake step {a.step_ms} ms; {a.requests_per_point} requests a point; medians "
-              "and p10/p90 in ms")
+        print(f"fake step {a.step_ms} ms; {a.output_len} output tokens; {a.requests_per_point} "
+              "requests a point; medians and p10/p90 in ms")
         print("| endpoint | prompt | concurrency | TTFT p10 | TTFT p50 | TTFT p90 | ITL p50 |")
         print("|---|---|---|---|---|---|---|")
         for point in a.grid.split(","):
             endpoint, isl, conc = point.split(":")
             isl, conc = int(isl), int(conc)
             # Warm the path (first requests compile regexes, fill caches).
-            bench(a.python, model_dir, a.port, endpoint, isl, 4, conc, 2 * conc,
+            bench(a.python, model_dir, a.port, endpoint, isl, a.output_len, conc, 2 * conc,
                   os.path.join(work, "warm.json"))
-            r = bench(a.python, model_dir, a.port, endpoint, isl, 4, conc,
+            r = bench(a.python, model_dir, a.port, endpoint, isl, a.output_len, conc,
                       max(a.requests_per_point, 4 * conc), os.path.join(work, "r.json"))
             print(f"| {endpoint} | {isl} | {conc} | {r['p10_ttft_ms']:.2f} | "
                   f"{r['median_ttft_ms']:.2f} | {r['p90_ttft_ms']:.2f} | "
