@@ -11,8 +11,12 @@
 /// ms per request beyond the engine (SGLang on the same machines 27 ms), while the vLLM 0.19.1
 /// FP8 blog's load TTFTs leave room for ~15 ms before its prefill would need GEMMs faster than
 /// the best-shape MAMF, and InferenceMAX's gpt-oss sweeps (vLLM 0.13, completions endpoint) ask
-/// for ~12 (the median of `calibrate`'s two-fold fits on their Hopper runs). Before this (0.3 ms, a guess) every low-load TTFT was predicted 74–86% short; a
-/// deployment's own value is `calibrate`'s `frontend_request_s`.
+/// for ~12 (the median of `calibrate`'s two-fold fits on their Hopper runs). vLLM 0.34's own
+/// API server and engine core, run on CPU with a fake executor under `vllm bench serve`, spend
+/// ~4 ms of it on a completion and ~6.5 ms on a chat request (2 vCPUs;
+/// docs/measurements/frontend_cpu.md): the rest is not attributed. Before this (0.3 ms, a
+/// guess) every low-load TTFT was predicted 74–86% short; a deployment's own value is
+/// `calibrate`'s `frontend_request_s`.
 pub const REQUEST_S: f64 = 0.015;
 /// [M] Tokenisation per prompt token: `tokenizer(prompt)` on a transformers `TokenizersBackend`
 /// (vLLM 0.34's `BaseRenderer._tokenize_prompt`), 2.5 µs a token, the median over o200k, Qwen
