@@ -29,8 +29,8 @@ pub const TOKENIZE_PER_TOKEN_S: f64 = 2.5e-6;
 /// [M] A request's first output primes its detokenizer with the whole prompt: vLLM 0.34's
 /// `FastIncrementalDetokenizer` builds `tokenizers.decoders.DecodeStream(ids=prompt_token_ids)`
 /// and its first `step` decodes them all, in the API server's output handler (so does 0.19.1;
-/// 0.13 primed a 4–23-token suffix). 0.55 µs a token over o200k random-token prompts of 1k and 8k tokens
-/// (1.1 at 20k), one core of an AMD EPYC (`bench/host/prompt_host_cpu.py`,
+/// 0.13 primed a 4–23-token suffix). 0.55 µs a token over o200k random-token prompts of 1k
+/// and 8k tokens (1.1 at 20k), one core of an AMD EPYC (`bench/host/prompt_host_cpu.py`,
 /// docs/measurements/frontend_cpu.md).
 pub const DETOKENIZER_PRIME_PER_TOKEN_S: f64 = 0.55e-6;
 /// [M] The API server's fixed work per engine step whose outputs it takes (msgpack decode and

@@ -1271,17 +1271,12 @@ fn finish_step(
         let outs = slot.core.outputs();
         // When the API server takes them up (/metrics' TTFT and E2E end there) and when the
         // clients have them (theirs end there); the ITL is the engine's.
-        // Requests whose first output this is prime their detokenizers on the whole prompt.
+        // Requests whose first output this is (the engine marks it with the prefill's stats)
+        // prime their detokenizers on the whole prompt.
         let first_prompt_tokens: usize = outs
             .outputs
             .iter()
-            .filter(|o| {
-                !outs.new_tokens(o).is_empty()
-                    && slot
-                        .decode
-                        .get(o.handle.index())
-                        .is_some_and(|d| d.tracked && !d.started)
-            })
+            .filter(|o| o.prefill_stats.is_some() && !outs.new_tokens(o).is_empty())
             .map(|o| o.num_prompt_tokens)
             .sum();
         let delivery = slot.api_server.deliver(
