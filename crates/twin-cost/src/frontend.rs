@@ -13,7 +13,7 @@
 /// the best-shape MAMF, and InferenceMAX's gpt-oss sweeps (vLLM 0.13, completions endpoint) ask
 /// for ~12 (the median of `calibrate`'s two-fold fits on their Hopper runs). vLLM 0.34's own
 /// API server and engine core, run on CPU with a fake executor under `vllm bench serve`, spend
-/// ~4 ms of it on a completion and ~6.5 ms on a chat request (2 vCPUs;
+/// ~4–6.5 ms of it, completion or chat alike within the runs' noise (2 vCPUs;
 /// docs/measurements/frontend_cpu.md): the rest is not attributed. Before this (0.3 ms, a
 /// guess) every low-load TTFT was predicted 74–86% short; a deployment's own value is
 /// `calibrate`'s `frontend_request_s`.
