@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut batch = BatchShape::new();
         let decodes = match prefill_tokens {
             Some(n) => {
-                batch.push_prefill(n, n, true);
+                batch.push_prefill(n, 0, true);
                 conc - 1
             }
             None => conc,

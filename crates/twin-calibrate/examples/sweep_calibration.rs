@@ -16,7 +16,7 @@
 
 use rayon::prelude::*;
 use twin_calibrate::fit::{fit, FitOptions, Metric, Prepared, Target};
-use twin_calibrate::sweeps::{predict, published, set_up, Medians, SweepConfig};
+use twin_calibrate::sweeps::{predict, published, set_up, Latencies, SweepConfig};
 use twin_cost::CostCalibration;
 
 const TRAIN_SHAPE: (u32, u32) = (1024, 1024);
@@ -24,11 +24,11 @@ const TRAIN_SHAPE: (u32, u32) = (1024, 1024);
 /// One fit: a name, the runs it sees and the runs it predicts.
 struct Fold<'a> {
     name: String,
-    train: Vec<&'a (SweepConfig, usize, Medians)>,
-    held_out: Vec<&'a (SweepConfig, usize, Medians)>,
+    train: Vec<&'a (SweepConfig, usize, Latencies)>,
+    held_out: Vec<&'a (SweepConfig, usize, Latencies)>,
 }
 
-fn folds(all: &[(SweepConfig, usize, Medians)], halves: bool) -> Vec<Fold<'_>> {
+fn folds(all: &[(SweepConfig, usize, Latencies)], halves: bool) -> Vec<Fold<'_>> {
     let mut deployments: Vec<(String, u32)> =
         all.iter().map(|(c, _, _)| (c.gpu.clone(), c.tp)).collect();
     deployments.dedup();
@@ -116,12 +116,23 @@ fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
     for (c, _, m) in &f.held_out {
         let before = predict(c, &CostCalibration::default()).map_err(|e| e.to_string())?;
         let after = predict(c, &cal).map_err(|e| e.to_string())?;
-        for k in Medians::METRICS {
+        for k in Latencies::METRICS {
             errors.push((
                 k,
                 before.get(k) / m.get(k) - 1.0,
                 after.get(k) / m.get(k) - 1.0,
             ));
+            if std::env::var_os("SWEEP_PRINT_RUNS").is_some() {
+                println!(
+                    "run {} {}/{} c={} {k}: {:+.1}% -> {:+.1}%",
+                    f.name,
+                    c.isl,
+                    c.osl,
+                    c.concurrency,
+                    (before.get(k) / m.get(k) - 1.0) * 100.0,
+                    (after.get(k) / m.get(k) - 1.0) * 100.0
+                );
+            }
         }
     }
     Ok((line, errors))
@@ -153,7 +164,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "1k/8k and 8k/1k, fitted on 1k/1k"
         }
     );
-    for k in Medians::METRICS {
+    for k in Latencies::METRICS {
         let of = |pick: fn(&HeldOutError) -> f64| -> Vec<f64> {
             errors
                 .iter()

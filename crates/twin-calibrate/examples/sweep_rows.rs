@@ -1,4 +1,4 @@
-//! Every InferenceMAX sweep configuration's published medians beside the twin's, one row each
+//! Every InferenceMAX sweep configuration's published medians (and mean and p99 TTFT) beside the twin's, one row each
 //! (the scorecard prints only medians of errors per GPU and TP). Filter with
 //! `SWEEP_FILTER="h100 8192 1024 4"` (GPU, input, output, concurrency):
 //! `cargo run --profile ci -p twin-calibrate --example sweep_rows`.
@@ -21,7 +21,9 @@ fn wanted(c: &SweepConfig, filter: &str) -> bool {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let filter = std::env::var("SWEEP_FILTER").unwrap_or_default();
     let defaults = twin_cost::CostCalibration::default();
-    println!("gpu tp isl osl conc | TTFT ms published twin error | TPOT | ITL");
+    println!(
+        "gpu tp isl osl conc | TTFT ms published twin error | TPOT | ITL | mean TTFT | p99 TTFT"
+    );
     for (c, _, published) in sweeps::published()? {
         if !wanted(&c, &filter) {
             continue;
@@ -29,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let twin = sweeps::predict(&c, &defaults)?;
         let cell = |p: f64, t: f64| format!("{p:.2} {t:.2} {:+.0}%", 100.0 * (t / p - 1.0));
         println!(
-            "{} {} {} {} {} | {} | {} | {}",
+            "{} {} {} {} {} | {} | {} | {} | {} | {}",
             c.gpu,
             c.tp,
             c.isl,
@@ -38,6 +40,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             cell(published.ttft_ms, twin.ttft_ms),
             cell(published.tpot_ms, twin.tpot_ms),
             cell(published.itl_ms, twin.itl_ms),
+            cell(published.ttft_mean_ms, twin.ttft_mean_ms),
+            cell(published.ttft_p99_ms, twin.ttft_p99_ms),
         );
     }
     Ok(())

@@ -525,7 +525,7 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
         summaries.push(summary(group.into(), &e, &c));
     }
     let sweeps = crate::sweeps::score()?;
-    for metric in crate::sweeps::Medians::METRICS {
+    for metric in crate::sweeps::Latencies::METRICS {
         let e: Vec<f64> = sweeps.iter().map(|s| s.error(metric)).collect();
         summaries.push(summary(
             format!("InferenceMAX gpt-oss-120b sweeps: {metric}"),
@@ -586,10 +586,10 @@ impl Scorecard {
     fn render_sweeps(&self, s: &mut String) {
         let _ = writeln!(
             s,
-            "| InferenceMAX gpt-oss-120b sweep ({}; the H200 and B200 1k/1k runs at 4, 16 and 64 concurrent fitted the MoE kernels' decode constants, the other 130 held out): median signed error over 1k/1k, 1k/8k and 8k/1k | configs | concurrency | TTFT | TPOT | ITL | E2E |",
+            "| InferenceMAX gpt-oss-120b sweep ({}; the H200 and B200 1k/1k runs at 4, 16 and 64 concurrent fitted the MoE kernels' decode constants, the other 130 held out): median signed error over 1k/1k, 1k/8k and 8k/1k | configs | concurrency | TTFT | TPOT | ITL | E2E | mean TTFT | p99 TTFT |",
             crate::sweeps::SOURCE
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         let mut groups: BTreeMap<(String, u32), Vec<&crate::sweeps::SweepScore>> = BTreeMap::new();
         for w in &self.sweeps {
             groups
@@ -598,7 +598,7 @@ impl Scorecard {
                 .push(w);
         }
         for ((gpu, tp), ws) in groups {
-            let cells: Vec<String> = crate::sweeps::Medians::METRICS
+            let cells: Vec<String> = crate::sweeps::Latencies::METRICS
                 .iter()
                 .map(|m| {
                     let e: Vec<f64> = ws.iter().map(|w| w.error(m)).collect();

@@ -3,7 +3,7 @@
 //! in two official runs (`data/inferencemax_gpt_oss_120b.csv`, its header says where from).
 //! The scorecard simulates every configuration whole with the serve and bench lines
 //! InferenceMAX ran (its `benchmarks/gptoss_fp4_*.sh` at commit 4e52ed4c62) and scores the
-//! medians it published. No fit has seen them.
+//! medians it published, and its mean TTFT. No fit has seen them.
 
 use std::collections::BTreeMap;
 
@@ -27,36 +27,48 @@ pub struct SweepConfig {
     pub concurrency: u32,
 }
 
-/// The four medians `benchmark_serving.py` reports, in ms.
+/// The four medians `benchmark_serving.py` reports and its mean and p99 TTFT, in ms. The mean
+/// is scored beside the median because a median TTFT can sit on a cliff: where about half the
+/// prompts prefill at once and half wait behind another prompt's step, the median jumps from
+/// one mode to the other with a few percent of the requests. The p99 is the tail of the
+/// start-up burst (every client's first prompt at once): how fast prefills drain back to
+/// back (docs/fidelity.md).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct Medians {
+pub struct Latencies {
     pub ttft_ms: f64,
     pub tpot_ms: f64,
     pub itl_ms: f64,
     pub e2e_ms: f64,
+    pub ttft_mean_ms: f64,
+    pub ttft_p99_ms: f64,
 }
 
-impl Medians {
-    pub const METRICS: [&'static str; 4] = ["TTFT", "TPOT", "ITL", "E2E"];
+impl Latencies {
+    /// The medians, by name.
+    pub const MEDIANS: [&'static str; 4] = ["TTFT", "TPOT", "ITL", "E2E"];
+    /// Everything scored: the medians, then the mean and p99 TTFT.
+    pub const METRICS: [&'static str; 6] = ["TTFT", "TPOT", "ITL", "E2E", "mean TTFT", "p99 TTFT"];
 
     pub fn get(&self, metric: &str) -> f64 {
         match metric {
             "TTFT" => self.ttft_ms,
             "TPOT" => self.tpot_ms,
             "ITL" => self.itl_ms,
+            "mean TTFT" => self.ttft_mean_ms,
+            "p99 TTFT" => self.ttft_p99_ms,
             _ => self.e2e_ms,
         }
     }
 }
 
-/// One configuration: what InferenceMAX measured (the mean of its runs' medians) and what the
+/// One configuration: what InferenceMAX measured (the mean of its runs' figures) and what the
 /// twin predicts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SweepScore {
     pub config: SweepConfig,
     pub num_runs: usize,
-    pub published: Medians,
-    pub predicted: Medians,
+    pub published: Latencies,
+    pub predicted: Latencies,
 }
 
 impl SweepScore {
@@ -65,26 +77,26 @@ impl SweepScore {
     }
 }
 
-/// The configurations and their measured medians, the runs of one configuration averaged.
-pub fn published() -> Result<Vec<(SweepConfig, usize, Medians)>, SimError> {
+/// The configurations and their measured latencies, the runs of one configuration averaged.
+pub fn published() -> Result<Vec<(SweepConfig, usize, Latencies)>, SimError> {
     let bad = |line: usize, message: String| SimError::Config {
         field: format!("data/inferencemax_gpt_oss_120b.csv line {line}"),
         message,
     };
-    let mut by_config: BTreeMap<SweepConfig, Vec<Medians>> = BTreeMap::new();
+    let mut by_config: BTreeMap<SweepConfig, Vec<Latencies>> = BTreeMap::new();
     let mut lines = CSV
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.starts_with('#') && !l.trim().is_empty());
     let (_, header) = lines.next().ok_or_else(|| bad(1, "no header".into()))?;
-    let expected = "run_id,gpu,tp,isl,osl,concurrency,median_ttft_ms,median_tpot_ms,median_itl_ms,median_e2e_ms,output_tok_s_per_gpu";
+    let expected = "run_id,gpu,tp,isl,osl,concurrency,median_ttft_ms,median_tpot_ms,median_itl_ms,median_e2e_ms,output_tok_s_per_gpu,mean_ttft_ms,p99_ttft_ms";
     if header != expected {
         return Err(bad(0, format!("header {header:?}, expected {expected:?}")));
     }
     for (i, line) in lines {
         let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 11 {
-            return Err(bad(i + 1, format!("{} fields, expected 11", f.len())));
+        if f.len() != 13 {
+            return Err(bad(i + 1, format!("{} fields, expected 13", f.len())));
         }
         let int = |k: usize| {
             f[k].parse::<u32>()
@@ -103,23 +115,27 @@ pub fn published() -> Result<Vec<(SweepConfig, usize, Medians)>, SimError> {
             osl: int(4)?,
             concurrency: int(5)?,
         };
-        by_config.entry(config).or_default().push(Medians {
+        by_config.entry(config).or_default().push(Latencies {
             ttft_ms: ms(6)?,
             tpot_ms: ms(7)?,
             itl_ms: ms(8)?,
             e2e_ms: ms(9)?,
+            ttft_mean_ms: ms(11)?,
+            ttft_p99_ms: ms(12)?,
         });
     }
     Ok(by_config
         .into_iter()
         .map(|(c, runs)| {
             let n = runs.len() as f64;
-            let mean = |g: fn(&Medians) -> f64| runs.iter().map(g).sum::<f64>() / n;
-            let m = Medians {
+            let mean = |g: fn(&Latencies) -> f64| runs.iter().map(g).sum::<f64>() / n;
+            let m = Latencies {
                 ttft_ms: mean(|m| m.ttft_ms),
                 tpot_ms: mean(|m| m.tpot_ms),
                 itl_ms: mean(|m| m.itl_ms),
                 e2e_ms: mean(|m| m.e2e_ms),
+                ttft_mean_ms: mean(|m| m.ttft_mean_ms),
+                ttft_p99_ms: mean(|m| m.ttft_p99_ms),
             };
             (c, runs.len(), m)
         })
@@ -183,15 +199,17 @@ pub fn set_up(c: &SweepConfig) -> Result<(twin_sim::SimConfig, twin_sim::Startup
     crate::scorecard::parse_run_args(&simulate_args(c)?)
 }
 
-/// The medians a run of `c` predicts under `cal`.
-pub fn predict(c: &SweepConfig, cal: &twin_cost::CostCalibration) -> Result<Medians, SimError> {
+/// The latencies a run of `c` predicts under `cal`.
+pub fn predict(c: &SweepConfig, cal: &twin_cost::CostCalibration) -> Result<Latencies, SimError> {
     let (config, startup) = set_up(c)?;
     let r = crate::scorecard::report_under(&config, &startup, cal)?;
-    Ok(Medians {
+    Ok(Latencies {
         ttft_ms: r.ttft_s.p50 * 1e3,
         tpot_ms: r.tpot_s.p50 * 1e3,
         itl_ms: r.itl_s.p50 * 1e3,
         e2e_ms: r.e2e_s.p50 * 1e3,
+        ttft_mean_ms: r.ttft_s.mean * 1e3,
+        ttft_p99_ms: r.ttft_s.p99 * 1e3,
     })
 }
 
@@ -288,5 +306,21 @@ mod tests {
         // Runs 20662362255 and 20667906037: 3.9050 and 3.8212 ms median TPOT.
         assert_eq!(*n, 2);
         assert!((m.tpot_ms - (3.9050 + 3.8212) / 2.0).abs() < 1e-9, "{m:?}");
+        // The same rows' mean and p99 TTFT, averaged alike.
+        assert!(
+            (m.ttft_mean_ms - (47.0716 + 44.8324) / 2.0).abs() < 1e-9,
+            "{m:?}"
+        );
+        assert!(
+            (m.ttft_p99_ms - (64.0381 + 56.8085) / 2.0).abs() < 1e-9,
+            "{m:?}"
+        );
+        // Every configuration's tail sits at or above its median: the columns are not swapped.
+        for (c, _, m) in &all {
+            assert!(
+                m.ttft_p99_ms >= m.ttft_ms && m.ttft_mean_ms > 0.0,
+                "{c:?} {m:?}"
+            );
+        }
     }
 }
