@@ -9,7 +9,9 @@
 //!   the deployment's prompt lengths and loads.
 //!
 //! Prints each fit's terms and the held-out median and p90 |error| per metric, before
-//! (defaults) and after. `SWEEP_MAX_EVALS` sets the search's budget (default `calibrate`'s).
+//! (defaults) and after. `SWEEP_MAX_EVALS` sets the search's budget (default `calibrate`'s);
+//! `SWEEP_FIT_MEAN=1` fits each run's mean TTFT too (as a bench file's `mean_ttft_ms`);
+//! `SWEEP_PRINT_RUNS=1` prints every held-out run's errors.
 //! On two cores: ~4 minutes for `shape`, ~20 for `halves`; docs/fidelity.md records the output.
 //!
 //! cargo run --profile ci -p twin-calibrate --example sweep_calibration
@@ -76,6 +78,7 @@ type HeldOutError = (&'static str, f64, f64);
 
 /// Fit a fold; its terms and, per held-out run and metric, the error before and after.
 fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
+    let fit_mean = std::env::var_os("SWEEP_FIT_MEAN").is_some();
     let mut train = Vec::new();
     for (c, _, m) in &f.train {
         let (config, startup) = set_up(c).map_err(|e| e.to_string())?;
@@ -84,12 +87,18 @@ fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
             path: format!("{} {}/{} c={}", f.name, c.isl, c.osl, c.concurrency),
             config: Box::new(config),
             startup: Box::new(startup),
-            targets: vec![
-                Target::median(Metric::Ttft, m.ttft_ms / 1e3),
-                Target::median(Metric::Tpot, m.tpot_ms / 1e3),
-                Target::median(Metric::Itl, m.itl_ms / 1e3),
-                Target::median(Metric::E2e, m.e2e_ms / 1e3),
-            ],
+            targets: {
+                let mut t = vec![
+                    Target::median(Metric::Ttft, m.ttft_ms / 1e3),
+                    Target::median(Metric::Tpot, m.tpot_ms / 1e3),
+                    Target::median(Metric::Itl, m.itl_ms / 1e3),
+                    Target::median(Metric::E2e, m.e2e_ms / 1e3),
+                ];
+                if fit_mean {
+                    t.push(Target::mean(Metric::Ttft, m.ttft_mean_ms / 1e3));
+                }
+                t
+            },
             mean_output: None,
         });
     }
