@@ -79,6 +79,7 @@ type HeldOutError = (&'static str, f64, f64);
 /// Fit a fold; its terms and, per held-out run and metric, the error before and after.
 fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
     let fit_mean = std::env::var_os("SWEEP_FIT_MEAN").is_some();
+    let print_runs = std::env::var_os("SWEEP_PRINT_RUNS").is_some();
     let mut train = Vec::new();
     for (c, _, m) in &f.train {
         let (config, startup) = set_up(c).map_err(|e| e.to_string())?;
@@ -126,22 +127,22 @@ fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
         let before = predict(c, &CostCalibration::default()).map_err(|e| e.to_string())?;
         let after = predict(c, &cal).map_err(|e| e.to_string())?;
         for k in Latencies::METRICS {
-            errors.push((
-                k,
+            let (e_before, e_after) = (
                 before.get(k) / m.get(k) - 1.0,
                 after.get(k) / m.get(k) - 1.0,
-            ));
-            if std::env::var_os("SWEEP_PRINT_RUNS").is_some() {
+            );
+            if print_runs {
                 println!(
                     "run {} {}/{} c={} {k}: {:+.1}% -> {:+.1}%",
                     f.name,
                     c.isl,
                     c.osl,
                     c.concurrency,
-                    (before.get(k) / m.get(k) - 1.0) * 100.0,
-                    (after.get(k) / m.get(k) - 1.0) * 100.0
+                    e_before * 100.0,
+                    e_after * 100.0
                 );
             }
+            errors.push((k, e_before, e_after));
         }
     }
     Ok((line, errors))

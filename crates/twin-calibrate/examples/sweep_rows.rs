@@ -1,5 +1,5 @@
-//! Every InferenceMAX sweep configuration's published medians (and mean and p99 TTFT) beside the twin's, one row each
-//! (the scorecard prints only medians of errors per GPU and TP). Filter with
+//! Every InferenceMAX sweep configuration's published medians (and mean and p99 TTFT) beside
+//! the twin's, one row each (the scorecard prints only medians of errors per GPU and TP). Filter with
 //! `SWEEP_FILTER="h100 8192 1024 4"` (GPU, input, output, concurrency):
 //! `cargo run --profile ci -p twin-calibrate --example sweep_rows`.
 

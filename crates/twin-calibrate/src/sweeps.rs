@@ -3,7 +3,7 @@
 //! in two official runs (`data/inferencemax_gpt_oss_120b.csv`, its header says where from).
 //! The scorecard simulates every configuration whole with the serve and bench lines
 //! InferenceMAX ran (its `benchmarks/gptoss_fp4_*.sh` at commit 4e52ed4c62) and scores the
-//! medians it published, and its mean TTFT. No fit has seen them.
+//! medians it published, and its mean and p99 TTFT. No fit has seen them.
 
 use std::collections::BTreeMap;
 
@@ -44,8 +44,6 @@ pub struct Latencies {
 }
 
 impl Latencies {
-    /// The medians, by name.
-    pub const MEDIANS: [&'static str; 4] = ["TTFT", "TPOT", "ITL", "E2E"];
     /// Everything scored: the medians, then the mean and p99 TTFT.
     pub const METRICS: [&'static str; 6] = ["TTFT", "TPOT", "ITL", "E2E", "mean TTFT", "p99 TTFT"];
 
