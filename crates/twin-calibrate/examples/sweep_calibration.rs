@@ -18,7 +18,7 @@
 
 use rayon::prelude::*;
 use twin_calibrate::fit::{fit, FitOptions, Metric, Prepared, Target};
-use twin_calibrate::sweeps::{predict, published, set_up, Latencies, SweepConfig};
+use twin_calibrate::sweeps::{predict, published, set_up, Latencies, SweepConfig, SweepMetric};
 use twin_cost::CostCalibration;
 
 const TRAIN_SHAPE: (u32, u32) = (1024, 1024);
@@ -74,7 +74,7 @@ fn folds(all: &[(SweepConfig, usize, Latencies)], halves: bool) -> Vec<Fold<'_>>
 }
 
 /// A held-out run's metric with its relative error under the defaults and under the fit.
-type HeldOutError = (&'static str, f64, f64);
+type HeldOutError = (SweepMetric, f64, f64);
 
 /// Fit a fold; its terms and, per held-out run and metric, the error before and after.
 fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
@@ -126,7 +126,7 @@ fn run_fold(f: &Fold<'_>) -> Result<(String, Vec<HeldOutError>), String> {
     for (c, _, m) in &f.held_out {
         let before = predict(c, &CostCalibration::default()).map_err(|e| e.to_string())?;
         let after = predict(c, &cal).map_err(|e| e.to_string())?;
-        for k in Latencies::METRICS {
+        for k in SweepMetric::ALL {
             let (e_before, e_after) = (
                 before.get(k) / m.get(k) - 1.0,
                 after.get(k) / m.get(k) - 1.0,
@@ -174,7 +174,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "1k/8k and 8k/1k, fitted on 1k/1k"
         }
     );
-    for k in Latencies::METRICS {
+    for k in SweepMetric::ALL {
         let of = |pick: fn(&HeldOutError) -> f64| -> Vec<f64> {
             errors
                 .iter()

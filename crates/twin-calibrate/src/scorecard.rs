@@ -525,7 +525,7 @@ pub fn scorecard() -> Result<Scorecard, SimError> {
         summaries.push(summary(group.into(), &e, &c));
     }
     let sweeps = crate::sweeps::score()?;
-    for metric in crate::sweeps::Latencies::METRICS {
+    for metric in crate::sweeps::SweepMetric::ALL {
         let e: Vec<f64> = sweeps.iter().map(|s| s.error(metric)).collect();
         summaries.push(summary(
             format!("InferenceMAX gpt-oss-120b sweeps: {metric}"),
@@ -598,9 +598,9 @@ impl Scorecard {
                 .push(w);
         }
         for ((gpu, tp), ws) in groups {
-            let cells: Vec<String> = crate::sweeps::Latencies::METRICS
+            let cells: Vec<String> = crate::sweeps::SweepMetric::ALL
                 .iter()
-                .map(|m| {
+                .map(|&m| {
                     let e: Vec<f64> = ws.iter().map(|w| w.error(m)).collect();
                     format!("{:+.0}%", signed_median(&e) * 100.0)
                 })

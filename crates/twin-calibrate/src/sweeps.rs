@@ -43,18 +43,56 @@ pub struct Latencies {
     pub ttft_p99_ms: f64,
 }
 
-impl Latencies {
-    /// Everything scored: the medians, then the mean and p99 TTFT.
-    pub const METRICS: [&'static str; 6] = ["TTFT", "TPOT", "ITL", "E2E", "mean TTFT", "p99 TTFT"];
+/// One latency the sweeps score: the four medians, then the mean and p99 TTFT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepMetric {
+    Ttft,
+    Tpot,
+    Itl,
+    E2e,
+    MeanTtft,
+    P99Ttft,
+}
 
-    pub fn get(&self, metric: &str) -> f64 {
+impl SweepMetric {
+    /// Every metric, in the scorecard's column order.
+    pub const ALL: [SweepMetric; 6] = [
+        SweepMetric::Ttft,
+        SweepMetric::Tpot,
+        SweepMetric::Itl,
+        SweepMetric::E2e,
+        SweepMetric::MeanTtft,
+        SweepMetric::P99Ttft,
+    ];
+
+    /// The name the scorecard prints.
+    pub fn label(self) -> &'static str {
+        match self {
+            SweepMetric::Ttft => "TTFT",
+            SweepMetric::Tpot => "TPOT",
+            SweepMetric::Itl => "ITL",
+            SweepMetric::E2e => "E2E",
+            SweepMetric::MeanTtft => "mean TTFT",
+            SweepMetric::P99Ttft => "p99 TTFT",
+        }
+    }
+}
+
+impl std::fmt::Display for SweepMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl Latencies {
+    pub fn get(&self, metric: SweepMetric) -> f64 {
         match metric {
-            "TTFT" => self.ttft_ms,
-            "TPOT" => self.tpot_ms,
-            "ITL" => self.itl_ms,
-            "mean TTFT" => self.ttft_mean_ms,
-            "p99 TTFT" => self.ttft_p99_ms,
-            _ => self.e2e_ms,
+            SweepMetric::Ttft => self.ttft_ms,
+            SweepMetric::Tpot => self.tpot_ms,
+            SweepMetric::Itl => self.itl_ms,
+            SweepMetric::E2e => self.e2e_ms,
+            SweepMetric::MeanTtft => self.ttft_mean_ms,
+            SweepMetric::P99Ttft => self.ttft_p99_ms,
         }
     }
 }
@@ -70,7 +108,7 @@ pub struct SweepScore {
 }
 
 impl SweepScore {
-    pub fn error(&self, metric: &str) -> f64 {
+    pub fn error(&self, metric: SweepMetric) -> f64 {
         self.predicted.get(metric) / self.published.get(metric) - 1.0
     }
 }

@@ -91,7 +91,7 @@ fn held_out_points_are_scored_by_fits_on_the_other_measurements() {
         card.sweeps
     );
     for w in &card.sweeps {
-        for m in twin_calibrate::sweeps::Latencies::METRICS {
+        for m in twin_calibrate::sweeps::SweepMetric::ALL {
             let p = w.predicted.get(m);
             assert!(p.is_finite() && p > 0.0, "{w:?}");
         }

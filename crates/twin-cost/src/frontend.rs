@@ -45,10 +45,17 @@ pub const OUTPUT_PER_STREAM_S: f64 = 6e-6;
 /// `ChatCompletionStreamResponse`, `model_dump_json`), 14 µs per request (the fit over
 /// N = 1–1024, docs/measurements/host_cpu.md); the HTTP write is not included.
 pub const STREAM_CHUNK_S: f64 = 14e-6;
-/// [M] One stream's output of a step, alone, through the API server: 30 µs (msgpack decode
-/// ~3 µs, `process_outputs` ~7 µs, detokenisation ~2.5 µs, the SSE chunk ~16.5 µs at N = 1).
-/// Was a guessed 0.2 ms.
-pub const DETOKENIZE_S: f64 = OUTPUT_STEP_S + OUTPUT_PER_STREAM_S + STREAM_CHUNK_S;
+/// [M] Per SSE chunk, the HTTP side the chunk's 14 µs leave out: the asyncio wake of the
+/// stream's task, Starlette's `StreamingResponse` `send` and uvicorn's httptools write,
+/// under uvloop as `vllm serve` runs them. 29.9 µs a chunk, the slope of the server's CPU
+/// per step over 32–256 streams (r² 0.999), FastAPI 0.165, uvicorn 0.55, the same 2-vCPU
+/// EPYC VM (`bench/host/sse_http_cpu.py`, docs/measurements/sse_http_cpu.md). Was 0.
+pub const SSE_HTTP_WRITE_S: f64 = 30e-6;
+/// [M] One stream's output of a step, alone, through the API server: 60 µs (msgpack decode
+/// ~3 µs, `process_outputs` ~7 µs, detokenisation ~2.5 µs, the SSE chunk ~16.5 µs at N = 1,
+/// its HTTP write 30 µs). Was a guessed 0.2 ms, then 30 µs without the HTTP write.
+pub const DETOKENIZE_S: f64 =
+    OUTPUT_STEP_S + OUTPUT_PER_STREAM_S + STREAM_CHUNK_S + SSE_HTTP_WRITE_S;
 
 /// The renderer's time to tokenize a `prompt_tokens`-token prompt.
 pub fn tokenize_s(prompt_tokens: usize) -> f64 {
@@ -56,7 +63,7 @@ pub fn tokenize_s(prompt_tokens: usize) -> f64 {
 }
 
 /// One API-server thread's time on a step's `num_outputs` outputs, `num_chunks` of which it
-/// turns into SSE chunks, `first_prompt_tokens` the prompt tokens of the requests whose first
+/// turns into SSE chunks and writes, `first_prompt_tokens` the prompt tokens of the requests whose first
 /// output this is. vLLM: `AsyncLLM`'s output handler (`process_outputs`, which primes a new
 /// request's detokenizer), then each stream's `chat_completion_stream_generator` step, on one
 /// asyncio thread.
@@ -66,6 +73,6 @@ pub fn step_outputs_s(num_outputs: usize, num_chunks: usize, first_prompt_tokens
     }
     OUTPUT_STEP_S
         + num_outputs as f64 * OUTPUT_PER_STREAM_S
-        + num_chunks as f64 * STREAM_CHUNK_S
+        + num_chunks as f64 * (STREAM_CHUNK_S + SSE_HTTP_WRITE_S)
         + first_prompt_tokens as f64 * DETOKENIZER_PRIME_PER_TOKEN_S
 }

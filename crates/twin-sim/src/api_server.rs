@@ -1,7 +1,7 @@
 //! vLLM's API server as the simulator sees it: one asyncio thread per API-server process that
 //! takes every engine step's outputs in turn (`AsyncLLM`'s output handler runs
 //! `process_outputs`, then each stream's generator writes its SSE chunk). Its time per step
-//! grows with the batch (`twin_cost::frontend::step_outputs_s`, ~20 µs a stream), so at a
+//! grows with the batch (`twin_cost::frontend::step_outputs_s`, ~50 µs a stream), so at a
 //! thousand streams it can take longer than the engine's step: the engine core (another
 //! process) does not wait and the outputs queue at the API server. `process_outputs` runs in
 //! slices of 128 outputs with a yield between them, so each stream writes its chunk before its
@@ -111,30 +111,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_stream_takes_the_measured_30_us() {
+    fn one_stream_takes_the_measured_60_us() {
         let mut a = ApiServer::new(1, 1, 1, 1);
         let seen = a.deliver(1.0, 1, 0).seen_s;
         assert!((seen - 1.0 - frontend::DETOKENIZE_S).abs() < 1e-15);
-        assert!((frontend::DETOKENIZE_S - 30e-6).abs() < 1e-12);
+        assert!((frontend::DETOKENIZE_S - 60e-6).abs() < 1e-12);
     }
 
     #[test]
     fn a_thousand_streams_fall_behind_a_fast_engine() {
         let mut a = ApiServer::new(1, 1, 1, 1);
-        // ~20 ms of API-server work per step against a 10 ms engine step.
+        // ~50 ms of API-server work per step against a 10 ms engine step.
         let first = a.deliver(0.0, 1000, 0).seen_s - 0.0;
-        assert!((0.019..0.021).contains(&first), "{first}");
+        assert!((0.049..0.051).contains(&first), "{first}");
         let mut lag_s = Vec::new();
         for k in 1..40 {
             let t = k as f64 * 0.010;
             lag_s.push(a.deliver(t, 1000, 0).seen_s - t);
         }
-        // Every step writes every chunk (more than one slice of outputs): the lag grows ~10 ms
+        // Every step writes every chunk (more than one slice of outputs): the lag grows ~40 ms
         // a step.
         assert!(lag_s.windows(2).all(|w| w[1] > w[0]), "{lag_s:?}");
         assert!(lag_s[38] > 0.35, "{}", lag_s[38]);
         // A hundred streams behind a 1.5 ms step fit one slice: a backlogged step merges into
-        // the pending chunks, and the lag stays bounded.
+        // the pending chunks, and the lag stays within one step's chunks (~5 ms).
         let mut small = ApiServer::new(1, 1, 1, 1);
         let lags: Vec<f64> = (0..200)
             .map(|k| {
@@ -142,7 +142,8 @@ mod tests {
                 small.deliver(t, 100, 0).seen_s - t
             })
             .collect();
-        assert!(lags.iter().all(|&l| l < 0.005), "{lags:?}");
+        assert!(lags.iter().all(|&l| l < 0.0052), "{lags:?}");
+        assert!(lags[100..].iter().all(|&l| l <= lags[0] + 1e-9), "{lags:?}");
         // More API servers, or chunks every 8 tokens, cut the work.
         let mut four = ApiServer::new(4, 1, 1, 1);
         assert!(four.deliver(0.0, 1000, 0).seen_s < first / 3.9);

@@ -1,5 +1,5 @@
 //! vLLM's API server is one Python thread per process that takes every engine step's outputs
-//! in turn (~20 µs a stream). Behind a fast engine at a thousand streams it falls behind: first
+//! in turn (~50 µs a stream). Behind a fast engine at a thousand streams it falls behind: first
 //! tokens and answers reach clients later, while the engine (another process) steps on as
 //! before. `--api-server-count` splits that work.
 
@@ -33,17 +33,18 @@ fn a_busy_api_server_delays_first_tokens_not_the_engine() {
     let one = run("");
     let four = run("--api-server-count 4");
     let (t1, t4) = (stat(&one, "ttft_s", "mean"), stat(&four, "ttft_s", "mean"));
-    // 1024 streams take ~20 ms of one thread per ~15 ms engine step.
+    // 1024 streams take ~50 ms of one thread per ~15 ms engine step.
     assert!(
         t1 > t4 + 0.010,
         "mean TTFT {t1} s with one API server, {t4} s with four"
     );
-    // The engine core does not wait for the API server: its steps take as long (the clients,
-    // who send their next request when an answer is through, and the four servers' renderers,
-    // which tokenize the opening burst four times as fast, shift the load a little).
+    // The engine core does not wait for the API server: its steps take about as long (the
+    // clients, who send their next request when an answer is through — later behind the one
+    // server — and the four servers' renderers, which tokenize the opening burst four times as
+    // fast, shift the load a little; a stalled engine would step several times slower).
     let (i1, i4) = (stat(&one, "itl_s", "p50"), stat(&four, "itl_s", "p50"));
     assert!(
-        (i1 / i4 - 1.0).abs() < 0.05,
+        (i1 / i4 - 1.0).abs() < 0.10,
         "ITL p50 {i1} s against {i4} s"
     );
     // A chunk every 16 tokens leaves the one thread mostly processing outputs.
