@@ -63,10 +63,10 @@ pub fn tokenize_s(prompt_tokens: usize) -> f64 {
 }
 
 /// One API-server thread's time on a step's `num_outputs` outputs, `num_chunks` of which it
-/// turns into SSE chunks and writes, `first_prompt_tokens` the prompt tokens of the requests whose first
-/// output this is. vLLM: `AsyncLLM`'s output handler (`process_outputs`, which primes a new
-/// request's detokenizer), then each stream's `chat_completion_stream_generator` step, on one
-/// asyncio thread.
+/// turns into SSE chunks and writes, `first_prompt_tokens` the prompt tokens of the requests
+/// whose first output this is. vLLM: `AsyncLLM`'s output handler (`process_outputs`, which
+/// primes a new request's detokenizer), then each stream's `chat_completion_stream_generator`
+/// step and its HTTP write, on one asyncio thread.
 pub fn step_outputs_s(num_outputs: usize, num_chunks: usize, first_prompt_tokens: usize) -> f64 {
     if num_outputs == 0 {
         return 0.0;
