@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use twin_sim::SimError;
 
+use crate::fit::Metric;
+
 const CSV: &str = include_str!("../data/inferencemax_gpt_oss_120b.csv");
 
 /// Where the points come from, for the report.
@@ -46,10 +48,7 @@ pub struct Latencies {
 /// One latency the sweeps score: the four medians, then the mean and p99 TTFT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SweepMetric {
-    Ttft,
-    Tpot,
-    Itl,
-    E2e,
+    Median(Metric),
     MeanTtft,
     P99Ttft,
 }
@@ -57,21 +56,18 @@ pub enum SweepMetric {
 impl SweepMetric {
     /// Every metric, in the scorecard's column order.
     pub const ALL: [SweepMetric; 6] = [
-        SweepMetric::Ttft,
-        SweepMetric::Tpot,
-        SweepMetric::Itl,
-        SweepMetric::E2e,
+        SweepMetric::Median(Metric::Ttft),
+        SweepMetric::Median(Metric::Tpot),
+        SweepMetric::Median(Metric::Itl),
+        SweepMetric::Median(Metric::E2e),
         SweepMetric::MeanTtft,
         SweepMetric::P99Ttft,
     ];
 
-    /// The name the scorecard prints.
+    /// The name the scorecard prints (a median goes by its metric's name alone).
     pub fn label(self) -> &'static str {
         match self {
-            SweepMetric::Ttft => "TTFT",
-            SweepMetric::Tpot => "TPOT",
-            SweepMetric::Itl => "ITL",
-            SweepMetric::E2e => "E2E",
+            SweepMetric::Median(m) => m.name(),
             SweepMetric::MeanTtft => "mean TTFT",
             SweepMetric::P99Ttft => "p99 TTFT",
         }
@@ -87,10 +83,10 @@ impl std::fmt::Display for SweepMetric {
 impl Latencies {
     pub fn get(&self, metric: SweepMetric) -> f64 {
         match metric {
-            SweepMetric::Ttft => self.ttft_ms,
-            SweepMetric::Tpot => self.tpot_ms,
-            SweepMetric::Itl => self.itl_ms,
-            SweepMetric::E2e => self.e2e_ms,
+            SweepMetric::Median(Metric::Ttft) => self.ttft_ms,
+            SweepMetric::Median(Metric::Tpot) => self.tpot_ms,
+            SweepMetric::Median(Metric::Itl) => self.itl_ms,
+            SweepMetric::Median(Metric::E2e) => self.e2e_ms,
             SweepMetric::MeanTtft => self.ttft_mean_ms,
             SweepMetric::P99Ttft => self.ttft_p99_ms,
         }
