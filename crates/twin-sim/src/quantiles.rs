@@ -1,12 +1,18 @@
 //! Streaming quantiles in bounded memory: a log-linear histogram (HDR style: 128
 //! sub-buckets per power of two, ≤ 0.8% relative error) indexed straight from the f64
 //! bits, so recording costs no logarithm and a million-request run keeps no samples.
+//! Short runs are exact: the first [`EXACT_RECORDS`] records are also kept as they came,
+//! and while none has been dropped quantiles are numpy's (`np.percentile`'s linear
+//! interpolation, what `benchmark_serving.py` and guidellm report), not bucket midpoints.
 
 /// Values below this count as zero (seconds or tokens alike).
 const MIN_VALUE: f64 = 1e-9;
 /// Mantissa bits kept: 2^7 = 128 sub-buckets per octave.
 const SUB_BITS: u32 = 7;
 const MIN_EXP_BITS: u64 = MIN_VALUE.to_bits() >> (52 - SUB_BITS);
+/// Records (value, count) kept exactly: 1 MiB, more than a benchmark's requests or a
+/// short run's steps; past it the histogram alone answers.
+pub const EXACT_RECORDS: usize = 1 << 16;
 
 fn bucket_of(v: f64) -> usize {
     ((v.to_bits() >> (52 - SUB_BITS)) - MIN_EXP_BITS) as usize
@@ -26,6 +32,8 @@ pub struct LogHistogram {
     min: f64,
     max: f64,
     zeros: u64,
+    /// Every record so far, while there have been at most [`EXACT_RECORDS`]; `None` after.
+    exact: Option<Vec<(f64, u64)>>,
 }
 
 impl Default for LogHistogram {
@@ -37,6 +45,7 @@ impl Default for LogHistogram {
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
             zeros: 0,
+            exact: Some(Vec::new()),
         }
     }
 }
@@ -56,6 +65,13 @@ impl LogHistogram {
         self.sum += v * count as f64;
         self.min = self.min.min(v);
         self.max = self.max.max(v);
+        if let Some(exact) = &mut self.exact {
+            if exact.len() < EXACT_RECORDS {
+                exact.push((v, count));
+            } else {
+                self.exact = None;
+            }
+        }
         if v < MIN_VALUE {
             self.zeros += count;
             return;
@@ -87,11 +103,28 @@ impl LogHistogram {
         }
     }
 
-    /// The q-quantile (0..=1), 0 when empty. Bucket midpoints, clamped to [min, max].
+    /// The q-quantile (0..=1), 0 when empty: exact while every record is kept, else the
+    /// bucket midpoint, clamped to [min, max].
     pub fn quantile(&self, q: f64) -> f64 {
+        self.quantiles([q])[0]
+    }
+
+    /// Several quantiles at one sort of the kept records.
+    pub fn quantiles<const N: usize>(&self, qs: [f64; N]) -> [f64; N] {
         if self.n == 0 {
-            return 0.0;
+            return [0.0; N];
         }
+        match &self.exact {
+            Some(records) => {
+                let mut sorted = records.clone();
+                sorted.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+                qs.map(|q| interpolated(&sorted, self.n, q))
+            }
+            None => qs.map(|q| self.bucket_quantile(q)),
+        }
+    }
+
+    fn bucket_quantile(&self, q: f64) -> f64 {
         let rank = (q.clamp(0.0, 1.0) * (self.n - 1) as f64).round() as u64 + 1;
         if rank <= self.zeros {
             return self.min.max(0.0);
@@ -109,13 +142,40 @@ impl LogHistogram {
 
     /// Points (value, cumulative fraction) for a CDF chart, at most `n` of them.
     pub fn cdf_points(&self, n: usize) -> Vec<(f64, f64)> {
-        (0..=n)
-            .map(|i| {
-                let q = i as f64 / n as f64;
-                (self.quantile(q), q)
-            })
-            .collect()
+        let qs: Vec<f64> = (0..=n).map(|i| i as f64 / n as f64).collect();
+        let values: Vec<f64> = match &self.exact {
+            Some(records) if self.n > 0 => {
+                let mut sorted = records.clone();
+                sorted.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+                qs.iter()
+                    .map(|&q| interpolated(&sorted, self.n, q))
+                    .collect()
+            }
+            _ => qs.iter().map(|&q| self.quantile(q)).collect(),
+        };
+        values.into_iter().zip(qs).collect()
     }
+}
+
+/// `np.percentile(x, 100 q)` (linear interpolation between the two order statistics around
+/// rank q (n - 1)) over `sorted`'s values, each repeated its count; `n` the counts' sum.
+fn interpolated(sorted: &[(f64, u64)], n: u64, q: f64) -> f64 {
+    let h = q.clamp(0.0, 1.0) * (n - 1) as f64;
+    let below = h.floor() as u64;
+    let (lo, hi) = (nth(sorted, below), nth(sorted, (below + 1).min(n - 1)));
+    lo + (h - below as f64) * (hi - lo)
+}
+
+/// The value of 0-based order statistic `k` of the repeated values.
+fn nth(sorted: &[(f64, u64)], k: u64) -> f64 {
+    let mut seen = 0;
+    for &(v, c) in sorted {
+        seen += c;
+        if seen > k {
+            return v;
+        }
+    }
+    sorted.last().map_or(0.0, |r| r.0)
 }
 
 #[cfg(test)]
@@ -138,6 +198,37 @@ mod tests {
         for q in [0.0, 0.3, 0.5, 0.9, 1.0] {
             assert_eq!(once.quantile(q), each.quantile(q), "q{q}");
         }
+    }
+
+    #[test]
+    fn short_runs_get_numpys_percentiles() {
+        let mut h = LogHistogram::default();
+        for v in [4.0, 1.0, 3.0, 2.0] {
+            h.record(v);
+        }
+        // np.percentile([1, 2, 3, 4], [50, 90, 0, 100]) = [2.5, 3.7, 1, 4]
+        let [p50, p90, p0, p100] = h.quantiles([0.5, 0.9, 0.0, 1.0]);
+        assert_eq!((p50, p0, p100), (2.5, 1.0, 4.0));
+        assert!((p90 - 3.7).abs() < 1e-12, "{p90}");
+        // A record of n is n samples: np.percentile([1, 1, 3], [50, 75]) = [1, 2].
+        let mut w = LogHistogram::default();
+        w.record(3.0);
+        w.record_n(1.0, 2);
+        assert_eq!(w.quantiles([0.5, 0.75]), [1.0, 2.0]);
+        assert_eq!(w.cdf_points(4)[3], (2.0, 0.75));
+    }
+
+    #[test]
+    fn past_the_kept_records_the_buckets_answer() {
+        let mut h = LogHistogram::default();
+        for i in 0..EXACT_RECORDS {
+            h.record(1.0 + i as f64 * 1e-6);
+        }
+        let exact = h.quantile(0.5);
+        assert!((exact - (1.0 + (EXACT_RECORDS - 1) as f64 * 0.5e-6)).abs() < 1e-12);
+        h.record(1.0);
+        // The median ~1.0328 lies in the bucket [1 + 4/128, 1 + 5/128): its midpoint now.
+        assert_eq!(h.quantile(0.5), 1.0 + 4.5 / 128.0);
     }
 
     #[test]

@@ -374,13 +374,14 @@ pub struct Dist {
 
 impl From<&LogHistogram> for Dist {
     fn from(h: &LogHistogram) -> Self {
+        let [p50, p90, p95, p99] = h.quantiles([0.5, 0.9, 0.95, 0.99]);
         Dist {
             count: h.count(),
             mean: h.mean(),
-            p50: h.quantile(0.5),
-            p90: h.quantile(0.9),
-            p95: h.quantile(0.95),
-            p99: h.quantile(0.99),
+            p50,
+            p90,
+            p95,
+            p99,
             max: h.max(),
         }
     }
