@@ -114,14 +114,23 @@ impl LogHistogram {
         if self.n == 0 {
             return [0.0; N];
         }
-        match &self.exact {
-            Some(records) => {
-                let mut sorted = records.clone();
-                sorted.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-                qs.map(|q| interpolated(&sorted, self.n, q))
-            }
+        match self.ranked_records() {
+            Some(ranked) => qs.map(|q| interpolated(&ranked, q)),
             None => qs.map(|q| self.bucket_quantile(q)),
         }
+    }
+
+    /// The kept records in value order, each with the count of samples up to and including
+    /// it; `None` once records have been dropped (or before any).
+    fn ranked_records(&self) -> Option<Vec<(f64, u64)>> {
+        let mut ranked = self.exact.clone().filter(|r| !r.is_empty())?;
+        ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        let mut seen = 0;
+        for r in &mut ranked {
+            seen += r.1;
+            r.1 = seen;
+        }
+        Some(ranked)
     }
 
     fn bucket_quantile(&self, q: f64) -> f64 {
@@ -142,40 +151,33 @@ impl LogHistogram {
 
     /// Points (value, cumulative fraction) for a CDF chart, at most `n` of them.
     pub fn cdf_points(&self, n: usize) -> Vec<(f64, f64)> {
-        let qs: Vec<f64> = (0..=n).map(|i| i as f64 / n as f64).collect();
-        let values: Vec<f64> = match &self.exact {
-            Some(records) if self.n > 0 => {
-                let mut sorted = records.clone();
-                sorted.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-                qs.iter()
-                    .map(|&q| interpolated(&sorted, self.n, q))
-                    .collect()
-            }
-            _ => qs.iter().map(|&q| self.quantile(q)).collect(),
-        };
-        values.into_iter().zip(qs).collect()
+        let ranked = self.ranked_records();
+        (0..=n)
+            .map(|i| {
+                let q = i as f64 / n as f64;
+                let v = match &ranked {
+                    Some(r) => interpolated(r, q),
+                    None => self.quantile(q),
+                };
+                (v, q)
+            })
+            .collect()
     }
 }
 
-/// `np.percentile(x, 100 q)` (linear interpolation between the two order statistics around
-/// rank q (n - 1)) over `sorted`'s values, each repeated its count; `n` the counts' sum.
-fn interpolated(sorted: &[(f64, u64)], n: u64, q: f64) -> f64 {
+/// `np.percentile(x, 100 q)`, linear interpolation between the order statistics around rank
+/// q (n - 1), over the samples `ranked` ([`LogHistogram::ranked_records`]) stands for.
+fn interpolated(ranked: &[(f64, u64)], q: f64) -> f64 {
+    let n = ranked.last().map_or(0, |r| r.1);
+    if n == 0 {
+        return 0.0;
+    }
     let h = q.clamp(0.0, 1.0) * (n - 1) as f64;
     let below = h.floor() as u64;
-    let (lo, hi) = (nth(sorted, below), nth(sorted, (below + 1).min(n - 1)));
+    // The value of 0-based order statistic k: the first record whose samples pass k.
+    let nth = |k: u64| ranked[ranked.partition_point(|r| r.1 <= k)].0;
+    let (lo, hi) = (nth(below), nth((below + 1).min(n - 1)));
     lo + (h - below as f64) * (hi - lo)
-}
-
-/// The value of 0-based order statistic `k` of the repeated values.
-fn nth(sorted: &[(f64, u64)], k: u64) -> f64 {
-    let mut seen = 0;
-    for &(v, c) in sorted {
-        seen += c;
-        if seen > k {
-            return v;
-        }
-    }
-    sorted.last().map_or(0.0, |r| r.0)
 }
 
 #[cfg(test)]
