@@ -54,8 +54,7 @@ pub const SSE_HTTP_WRITE_S: f64 = 30e-6;
 /// [M] One stream's output of a step, alone, through the API server: 60 µs (msgpack decode
 /// ~3 µs, `process_outputs` ~7 µs, detokenisation ~2.5 µs, the SSE chunk ~16.5 µs at N = 1,
 /// its HTTP write 30 µs). Was a guessed 0.2 ms, then 30 µs without the HTTP write.
-pub const DETOKENIZE_S: f64 =
-    OUTPUT_STEP_S + OUTPUT_PER_STREAM_S + STREAM_CHUNK_S + SSE_HTTP_WRITE_S;
+pub const DETOKENIZE_S: f64 = step_outputs_s(1, 1, 0);
 
 /// The renderer's time to tokenize a `prompt_tokens`-token prompt.
 pub fn tokenize_s(prompt_tokens: usize) -> f64 {
@@ -67,7 +66,11 @@ pub fn tokenize_s(prompt_tokens: usize) -> f64 {
 /// whose first output this is. vLLM: `AsyncLLM`'s output handler (`process_outputs`, which
 /// primes a new request's detokenizer), then each stream's `chat_completion_stream_generator`
 /// step and its HTTP write, on one asyncio thread.
-pub fn step_outputs_s(num_outputs: usize, num_chunks: usize, first_prompt_tokens: usize) -> f64 {
+pub const fn step_outputs_s(
+    num_outputs: usize,
+    num_chunks: usize,
+    first_prompt_tokens: usize,
+) -> f64 {
     if num_outputs == 0 {
         return 0.0;
     }
