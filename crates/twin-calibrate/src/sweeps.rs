@@ -63,20 +63,16 @@ impl SweepMetric {
         SweepMetric::MeanTtft,
         SweepMetric::P99Ttft,
     ];
+}
 
-    /// The name the scorecard prints (a median goes by its metric's name alone).
-    pub fn label(self) -> &'static str {
-        match self {
+/// The name the scorecard prints (a median goes by its metric's name alone).
+impl std::fmt::Display for SweepMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
             SweepMetric::Median(m) => m.name(),
             SweepMetric::MeanTtft => "mean TTFT",
             SweepMetric::P99Ttft => "p99 TTFT",
-        }
-    }
-}
-
-impl std::fmt::Display for SweepMetric {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
+        })
     }
 }
 

@@ -166,12 +166,10 @@ impl LogHistogram {
 }
 
 /// `np.percentile(x, 100 q)`, linear interpolation between the order statistics around rank
-/// q (n - 1), over the samples `ranked` ([`LogHistogram::ranked_records`]) stands for.
+/// q (n - 1), over the samples `ranked` ([`LogHistogram::ranked_records`], never empty)
+/// stands for.
 fn interpolated(ranked: &[(f64, u64)], q: f64) -> f64 {
-    let n = ranked.last().map_or(0, |r| r.1);
-    if n == 0 {
-        return 0.0;
-    }
+    let n = ranked[ranked.len() - 1].1;
     let h = q.clamp(0.0, 1.0) * (n - 1) as f64;
     let below = h.floor() as u64;
     // The value of 0-based order statistic k: the first record whose samples pass k.
